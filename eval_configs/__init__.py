@@ -1,0 +1,1 @@
+"""Experiment grids as YAML files; `--config NAME` finds NAME.yaml here, or pass a path."""

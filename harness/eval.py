@@ -1,0 +1,262 @@
+"""Evaluate models on the paper's arithmetic tasks at chosen precisions; write accuracy-vs-length tables.
+
+    python -m harness.eval                       # the quick CPU grid on the embedded smollm2
+    python -m harness.eval --model smollm2 --precision fp32,bf16 --tasks add --lengths 1,2 --samples 50
+    python -m harness.eval --config paper --model llama-bf16   # the paper's grid, on a GPU node
+
+Cells (model x precision x task x length) are the unit of work and of resume: rerunning the same
+command into the same --out skips every finished cell.
+"""
+
+from __future__ import annotations
+
+import shlex
+import sys
+import time
+import zlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from tqdm import tqdm
+
+from harness.cli import ArgParser, UserError, int_list, name_list, run
+from harness.config import RunSpec, build_spec, load_config
+from harness.models import (
+    ModelSpec,
+    PrecisionSpec,
+    check_hardware,
+    check_weights,
+    get_model,
+    get_precision,
+    resolve_weights,
+)
+from harness.problems import DIGITS, Task, generate
+from harness.prompts import user_message
+from harness.report import write_reports
+from harness.results import CellResult, RunDir, cell_key
+from harness.scoring import extract_answer, is_correct, wilson_interval
+
+
+@dataclass
+class Variant:
+    """One model at one precision: what a backend is loaded for."""
+
+    model: ModelSpec
+    precision: PrecisionSpec
+    adapter: str | None
+
+    @property
+    def label(self) -> str:
+        return f"{self.model.name} {self.precision.name}" + (f" +adapter {self.adapter}" if self.adapter else "")
+
+
+def plan_variants(spec: RunSpec) -> list[Variant]:
+    """Check every model/precision the run names before any work starts."""
+    variants = []
+    for name in spec.models:
+        model = get_model(name)
+        for precision_name in spec.precisions or [model.default_precision]:
+            precision = get_precision(model, precision_name)
+            check_hardware(model, precision)
+            check_weights(model, spec.model_path)
+            if model.needs_adapter and not spec.adapter:
+                raise UserError(
+                    f"{model.name} evaluates a fine-tuned adapter; pass --adapter PATH "
+                    "(made by python -m finetune.train)"
+                )
+            if spec.adapter and not Path(spec.adapter, "adapter_config.json").is_file():
+                raise UserError(f"--adapter {spec.adapter} is not a peft adapter directory (no adapter_config.json)")
+            variants.append(Variant(model, precision, spec.adapter))
+    return variants
+
+
+def max_new_tokens(backend, task: Task, base: int, length: int) -> int:
+    """Room for the longest answer, after an echo of the longest expression ('a + b = s'), plus a few words."""
+    top = DIGITS[base - 1] * length
+    expression = f" {task.operator} ".join([top] * task.operands)
+    answer = DIGITS[base - 1] * task.max_answer_digits(base, length)
+    return backend.count_tokens(f"{expression} = {answer}") + 12
+
+
+def run_cell(backend, variant: Variant, spec: RunSpec, task: Task, length: int, progress) -> tuple[CellResult, list]:
+    from harness.backends.hf import Sampling
+
+    problems = generate(task, spec.base, length, spec.samples, spec.seed)
+    prompts = [backend.chat_prompt(user_message(problem)) for problem in problems]
+    cell_seed = zlib.crc32(f"{spec.seed}|{task.label}|{spec.base}|{length}".encode())
+    started = time.perf_counter()
+    generations = backend.generate(
+        prompts,
+        max_new_tokens(backend, task, spec.base, length),
+        Sampling.named(spec.decoding),
+        seed=cell_seed,
+        on_batch=progress.update,
+    )
+    wall = time.perf_counter() - started
+    key = {
+        "model": variant.model.name,
+        "precision": variant.precision.name,
+        "adapter": variant.adapter or "",
+        "task": task.name,
+        "operands": task.operands,
+        "truncate": task.truncate or "",
+        "base": spec.base,
+        "length": length,
+    }
+    samples, correct, no_answer = [], 0, 0
+    for problem, prompt, generation in zip(problems, prompts, generations, strict=True):
+        answer = extract_answer(generation.text, spec.base)
+        hit = is_correct(answer, problem.answer, spec.base)
+        correct += hit
+        no_answer += answer is None
+        samples.append(
+            {
+                **key,
+                "index": problem.index,
+                "expression": problem.expression,
+                "prompt": prompt,
+                "output": generation.text,
+                "extracted": answer,
+                "gold": problem.answer,
+                "correct": hit,
+            }
+        )
+    low, high = wilson_interval(correct, len(problems))
+    tokens = sum(g.tokens for g in generations)
+    precision = variant.precision
+    row = CellResult(
+        model=variant.model.name,
+        precision=precision.name,
+        weight_dtype=precision.weight_dtype,
+        activation_dtype=precision.activation_dtype,
+        task=task.name,
+        operands=task.operands,
+        base=spec.base,
+        length=length,
+        n=len(problems),
+        correct=correct,
+        accuracy=correct / len(problems),
+        ci_low=low,
+        ci_high=high,
+        seed=spec.seed,
+        truncate=task.truncate or "",
+        decoding=spec.decoding,
+        method=precision.method,
+        weight_bits=precision.weight_bits,
+        group_size=precision.group_size or "",
+        footprint_mb=backend.footprint_mb,
+        adapter=variant.adapter or "",
+        backend=backend.name,
+        no_answer=no_answer,
+        gen_tokens=tokens,
+        wall_s=wall,
+        tokens_per_s=tokens / wall if wall > 0 else 0.0,
+    )
+    return row, samples
+
+
+def evaluate(spec: RunSpec, command: str) -> RunDir:
+    variants = plan_variants(spec)
+    out = spec.out or spec.default_out()
+    run_dir = RunDir(out, spec.identity, command, spec.describe())
+    todo = [
+        (variant, task, length)
+        for variant in variants
+        for task, lengths in spec.grid
+        for length in lengths
+        if cell_key(
+            variant.model.name,
+            variant.precision.name,
+            variant.adapter,
+            task.name,
+            task.operands,
+            task.truncate,
+            spec.base,
+            length,
+        )
+        not in run_dir.done
+    ]
+    total_cells = len(variants) * sum(len(lengths) for _, lengths in spec.grid)
+    if len(todo) < total_cells:
+        print(f"resuming in {out}: {total_cells - len(todo)} of {total_cells} cells already done", file=sys.stderr)
+    commands = run_dir.commands()
+    progress = tqdm(
+        total=len(todo) * spec.samples, unit="problem", dynamic_ncols=True, file=sys.stderr, disable=not todo
+    )
+    backend, loaded_for = None, None
+    try:
+        for variant, task, length in todo:
+            if loaded_for is not variant:
+                backend = None  # free the previous model before loading the next
+                progress.set_description(f"loading {variant.label}")
+                from harness.backends import load_backend
+
+                weights = resolve_weights(variant.model, spec.model_path)
+                backend = load_backend(spec.backend, weights, variant.precision, variant.adapter, spec.batch_size)
+                loaded_for = variant
+            progress.set_description(f"{variant.label} {task.label} n={length}")
+            row, samples = run_cell(backend, variant, spec, task, length, progress)
+            run_dir.add_cell(row, samples)
+            write_reports(run_dir.path, run_dir.rows, commands)
+            progress.write(
+                f"{variant.label:>20} {task.label:>10} n={length:<3} {row.correct:>4}/{row.n:<4} = "
+                f"{row.accuracy:.3f} [{row.ci_low:.3f}, {row.ci_high:.3f}]  "
+                f"({row.tokens_per_s:.0f} tok/s)"
+            )
+    finally:
+        progress.close()
+    write_reports(run_dir.path, run_dir.rows, commands)
+    return run_dir
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = ArgParser(prog="python -m harness.eval", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", type=name_list, help="model name(s) from harness/models.yaml, comma-separated")
+    parser.add_argument("--config", default="quick", help="eval_configs/NAME.yaml or a path (default: quick)")
+    parser.add_argument("--tasks", type=name_list, help="e.g. add,iter_add:3,mul (default: the config's grid)")
+    parser.add_argument("--lengths", type=int_list, help="operand lengths for every task, e.g. 1,2,3 or 1-13")
+    parser.add_argument("--samples", type=int, help="problems per cell")
+    parser.add_argument("--precision", type=name_list, help="e.g. fp32,bf16 (default: each model's own)")
+    parser.add_argument("--seed", type=int)
+    parser.add_argument("--out", type=Path, help="run directory (default: reports/CONFIG-DECODING-nN-seedS)")
+    parser.add_argument(
+        "--decoding",
+        choices=["greedy", "paper"],
+        help="greedy, or the paper's sampling (top-k 50, top-p 0.95, temperature 0.1)",
+    )
+    parser.add_argument("--base", type=int, help="number base 2-36 (the paper's LLM grid is base 10)")
+    parser.add_argument("--batch-size", type=int)
+    parser.add_argument("--model-path", help="load the (single) model's weights from this directory instead")
+    parser.add_argument("--adapter", help="a peft LoRA/QLoRA adapter directory to apply to the model")
+    args = parser.parse_args(argv)
+    config_name, config = load_config(args.config)
+    spec = build_spec(
+        config_name,
+        config,
+        models=args.model,
+        precisions=args.precision,
+        tasks=args.tasks,
+        lengths=args.lengths,
+        samples=args.samples,
+        seed=args.seed,
+        decoding=args.decoding,
+        base=args.base,
+        batch_size=args.batch_size,
+        model_path=args.model_path,
+        adapter=args.adapter,
+        out=args.out,
+    )
+    command = "python -m harness.eval " + shlex.join(sys.argv[1:] if argv is None else list(argv))
+    started = time.perf_counter()
+    run_dir = evaluate(spec, command.strip())
+    print((run_dir.path / "summary.md").read_text(encoding="utf-8").split("## Models")[0].rstrip())
+    print(
+        f"\nwrote {run_dir.path}/ (results.csv, samples.jsonl, summary.md, accuracy_vs_length.png) "
+        f"in {time.perf_counter() - started:.0f} s"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    run(main)

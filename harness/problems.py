@@ -1,0 +1,211 @@
+"""Arithmetic problems as the paper draws them (§3; appendix Alg. "Iterated Addition Data Generation"
+and "Integer Multiplication Data Generation").
+
+An operand "of length n" is n base-p digits drawn uniformly from [0, p) with leading zeros stripped, so
+its true length is at most n (the paper's ADD_p(n), IterADD_p(n, k), MUL_p(n, l) all say "at most n").
+Digits are written most significant first, as an LLM reads them; the from-scratch models of
+``scratch/`` reverse them. Exact answers come from Python integers, not from a digit loop.
+
+Reproducibility: each cell (task, base, length) draws from its own stream, seeded by the run seed and
+a stable hash of the cell, so a cell's problems do not depend on which other cells run or in what
+order, and the first k of ``count`` problems are the same for every count >= k.
+
+    python -m harness.problems --task iter_add --operands 3 --length 5 --base 10 --count 1000 \\
+        --seed 0 --out problems.jsonl
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+
+from harness.cli import ArgParser, UserError, run
+
+DIGITS = "0123456789abcdefghijklmnopqrstuvwxyz"
+MIN_BASE, MAX_BASE = 2, len(DIGITS)
+OPERATORS = {"add": "+", "iter_add": "+", "mul": "*"}  # '*' as in the paper's multiplication prompt
+
+
+@dataclass(frozen=True)
+class Task:
+    """One of the paper's tasks. ``truncate`` (mul only) keeps the l least significant digits: MUL_p(n, l)."""
+
+    name: str
+    operands: int = 2
+    truncate: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.name not in OPERATORS:
+            raise UserError(f"unknown task '{self.name}'; known: add, iter_add:K, mul, mul:trunc=L")
+        if self.operands < 2:
+            raise UserError(f"task {self.name} needs at least 2 operands, got {self.operands}")
+        if self.name in ("add", "mul") and self.operands != 2:
+            raise UserError(f"task {self.name} takes exactly 2 operands; use iter_add:{self.operands} for more")
+        if self.truncate is not None and (self.name != "mul" or self.truncate < 1):
+            raise UserError("truncation applies to mul only and keeps l >= 1 digits (mul:trunc=L)")
+
+    @property
+    def label(self) -> str:
+        """The task as written in configs and on the command line: add, iter_add:3, mul, mul:trunc=4."""
+        if self.name == "iter_add":
+            return f"iter_add:{self.operands}"
+        if self.truncate is not None:
+            return f"mul:trunc={self.truncate}"
+        return self.name
+
+    @property
+    def operator(self) -> str:
+        return OPERATORS[self.name]
+
+    def max_answer_digits(self, base: int, length: int) -> int:
+        """Digits of the longest possible answer for operands of at most ``length`` digits."""
+        biggest = base**length - 1
+        if self.name == "mul":
+            return self.truncate or len(to_base(biggest * biggest, base))
+        return len(to_base(biggest * self.operands, base))
+
+
+_TASK_RE = re.compile(r"^(add|mul|iter_add)(?::(?:(\d+)|trunc=(\d+)))?$")
+
+
+def parse_task(text: str) -> Task:
+    """'add' | 'iter_add:K' | 'mul' | 'mul:trunc=L' -> Task."""
+    match = _TASK_RE.match(text.strip())
+    if not match:
+        raise UserError(f"unknown task '{text}'; known: add, iter_add:K (K >= 2 operands), mul, mul:trunc=L")
+    name, operands, truncate = match.groups()
+    if name == "iter_add" and operands is None:
+        raise UserError("iter_add needs its operand count, e.g. iter_add:3")
+    if operands is not None and name != "iter_add":
+        raise UserError(f"'{text}': only iter_add takes an operand count (iter_add:K)")
+    if truncate is not None and name != "mul":
+        raise UserError(f"'{text}': only mul takes a truncation (mul:trunc=L)")
+    return Task(name, int(operands) if operands else 2, int(truncate) if truncate else None)
+
+
+@dataclass(frozen=True)
+class Problem:
+    task: str  # task family: add, iter_add, mul
+    base: int
+    length: int  # the n of the paper: at most n digits per operand
+    operands: list[str]  # base-p digit strings, most significant digit first
+    answer: str  # base-p digit string (for mul:trunc=L exactly L digits, zeros kept)
+    expression: str  # as shown to the model
+    index: int  # position in its cell's stream
+    seed: int
+    truncate: int | None = None
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def to_base(value: int, base: int) -> str:
+    if value == 0:
+        return "0"
+    digits = []
+    while value:
+        value, digit = divmod(value, base)
+        digits.append(DIGITS[digit])
+    return "".join(reversed(digits))
+
+
+def check_cell(base: int, length: int) -> None:
+    if not MIN_BASE <= base <= MAX_BASE:
+        raise UserError(f"base must be between {MIN_BASE} and {MAX_BASE}, got {base}")
+    if length < 1:
+        raise UserError(f"length must be at least 1 digit, got {length}")
+
+
+def cell_rng(seed: int, task: Task, base: int, length: int) -> np.random.Generator:
+    """A random stream owned by one cell: stable across processes, Python versions and cell order."""
+    key = f"{task.label}|{base}|{length}".encode()
+    cell_hash = int.from_bytes(hashlib.sha256(key).digest()[:8], "little")
+    return np.random.default_rng(np.random.SeedSequence([seed, cell_hash]))
+
+
+def draw_digits(seed: int, task: Task, base: int, length: int, count: int) -> np.ndarray:
+    """Uniform digits of shape (count, operands, length), most significant first (Alg. get_data)."""
+    check_cell(base, length)
+    if count < 1:
+        raise UserError(f"count must be at least 1, got {count}")
+    # Filled in C order from one stream, so problem i never depends on how many follow it.
+    return cell_rng(seed, task, base, length).integers(0, base, size=(count, task.operands, length))
+
+
+def generate(task: Task, base: int, length: int, count: int, seed: int = 0, start: int = 0) -> list[Problem]:
+    """Problems ``start .. count-1`` of a cell's stream."""
+    digits = draw_digits(seed, task, base, length, count)
+    symbols = np.array(list(DIGITS[:base]))[digits]  # (count, operands, length) of 1-char strings
+    problems = []
+    for index in range(start, count):
+        operands = ["".join(row).lstrip("0") or "0" for row in symbols[index]]
+        values = [int(text, base) for text in operands]
+        if task.name == "mul":
+            result = values[0] * values[1]
+            answer = to_base(result, base)
+            if task.truncate is not None:
+                answer = to_base(result % base**task.truncate, base).rjust(task.truncate, "0")
+        else:
+            answer = to_base(sum(values), base)
+        problems.append(
+            Problem(
+                task=task.name,
+                base=base,
+                length=length,
+                operands=operands,
+                answer=answer,
+                expression=f" {task.operator} ".join(operands),
+                index=index,
+                seed=seed,
+                truncate=task.truncate,
+            )
+        )
+    return problems
+
+
+def write_jsonl(problems: Sequence[Problem], path: Path) -> None:
+    from harness.results import atomic_write_text
+
+    atomic_write_text(path, "".join(json.dumps(p.to_dict()) + "\n" for p in problems))
+
+
+def load_dataset(path: str | Path):
+    """Problems written by this module as a ``datasets.Dataset`` (one row per problem)."""
+    import datasets
+
+    path = Path(path)
+    if not path.is_file():
+        raise UserError(f"no problems file at {path}; write one with python -m harness.problems --out {path}")
+    return datasets.Dataset.from_json(str(path))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = ArgParser(prog="python -m harness.problems", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--task", required=True, choices=sorted(OPERATORS))
+    parser.add_argument("--operands", type=int, default=2, help="number of operands (iter_add: K)")
+    parser.add_argument("--truncate", type=int, default=None, help="mul only: keep the L least significant digits")
+    parser.add_argument("--length", type=int, required=True, help="digits per operand (at most)")
+    parser.add_argument("--base", type=int, default=10)
+    parser.add_argument("--count", type=int, default=1000)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", type=Path, required=True, help="JSON-lines file to write")
+    args = parser.parse_args(argv)
+    task = Task(args.task, args.operands, args.truncate)
+    problems = generate(task, args.base, args.length, args.count, args.seed)
+    try:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        write_jsonl(problems, args.out)
+    except OSError as err:
+        raise UserError(f"cannot write {args.out}: {err.strerror}; choose a writable --out") from None
+    print(f"wrote {len(problems)} {task.label} problems (base {args.base}, length {args.length}) to {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    run(main)

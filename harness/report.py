@@ -1,0 +1,157 @@
+"""summary.md and accuracy_vs_length.png from a run directory's results.csv.
+
+Both are regenerated from results.csv after every finished cell, so they always describe exactly the
+cells that are saved.
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Sequence
+from functools import cache
+from importlib import resources
+from pathlib import Path
+
+import yaml
+
+from harness.results import CellResult, atomic_write_bytes, atomic_write_text
+
+BASE_10_ONLY = 10  # the paper's reference table is base 10
+
+
+def task_label(row: CellResult) -> str:
+    if row.task == "iter_add":
+        return f"iter_add:{row.operands}"
+    if row.truncate != "":
+        return f"{row.task}:trunc={row.truncate}"
+    return row.task
+
+
+def series_label(row: CellResult) -> str:
+    label = f"{row.model} {row.precision}"
+    if row.adapter:
+        label += f" +{Path(row.adapter).name}"
+    return label
+
+
+@cache
+def reference() -> dict[str, dict[str, dict[int, float]]]:
+    return yaml.safe_load(resources.files("harness").joinpath("reference.yaml").read_text(encoding="utf-8"))
+
+
+def _grouped(rows: Sequence[CellResult]) -> dict[tuple[str, int], dict[str, dict[int, CellResult]]]:
+    """(task label, base) -> series label -> length -> row, in first-seen order."""
+    groups: dict[tuple[str, int], dict[str, dict[int, CellResult]]] = {}
+    for row in rows:
+        series = groups.setdefault((task_label(row), row.base), {})
+        series.setdefault(series_label(row), {})[row.length] = row
+    return groups
+
+
+def summary_markdown(rows: Sequence[CellResult], commands: Sequence[str]) -> str:
+    lines = ["# Accuracy vs operand length", ""]
+    if rows:
+        first = rows[0]
+        lines.append(
+            f"Exact-match accuracy with its Wilson 95% interval; n = {first.n} problems per cell, "
+            f"decoding {first.decoding}, seed {first.seed}."
+        )
+        lines.append("")
+    for (label, base), series in _grouped(rows).items():
+        lines += [f"## {label}, base {base}", ""]
+        refs = {name: table[label] for name, table in reference().items() if base == BASE_10_ONLY and label in table}
+        names = list(series) + list(refs)
+        lines.append("| length | " + " | ".join(names) + " |")
+        lines.append("|---:|" + "---:|" * len(names))
+        lengths = sorted({length for cells in series.values() for length in cells})
+        for length in lengths:
+            cells = []
+            for name in series:
+                row = series[name].get(length)
+                cells.append(f"{row.accuracy:.3f} [{row.ci_low:.2f}, {row.ci_high:.2f}]" if row else "")
+            cells += [f"{refs[name][length]:.3f}" if length in refs[name] else "" for name in refs]
+            lines.append(f"| {length} | " + " | ".join(cells) + " |")
+        lines.append("")
+    lines += [
+        "## Models",
+        "",
+        "| model | precision | method | weight bits | weight dtype | activation dtype | footprint (MB) | tokens/s |",
+        "|---|---|---|---:|---|---|---:|---:|",
+    ]
+    seen = set()
+    for row in rows:
+        if series_label(row) in seen:
+            continue
+        seen.add(series_label(row))
+        speed = [r.tokens_per_s for r in rows if series_label(r) == series_label(row)]
+        lines.append(
+            f"| {row.model}{' + ' + row.adapter if row.adapter else ''} | {row.precision} | {row.method} | "
+            f"{row.weight_bits} | {row.weight_dtype} | {row.activation_dtype} | {row.footprint_mb:.0f} | "
+            f"{sum(speed) / len(speed):.1f} |"
+        )
+    lines += (
+        [
+            "",
+            "Reference columns are the paper's GPT-4o / GPT-4o-mini results (appendix table tab:gpt4).",
+            "",
+            "Produced by:",
+            "",
+            "```",
+        ]
+        + list(dict.fromkeys(commands))
+        + ["```", ""]
+    )
+    return "\n".join(lines)
+
+
+def accuracy_plot_png(rows: Sequence[CellResult]) -> bytes:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    groups = _grouped(rows)
+    panels = max(1, len(groups))
+    fig, axes = plt.subplots(1, panels, figsize=(4.2 * panels, 3.6), squeeze=False)
+    for ax, ((label, base), series) in zip(axes[0], groups.items(), strict=False):
+        for name, cells in series.items():
+            lengths = sorted(cells)
+            acc = [cells[n].accuracy for n in lengths]
+            line = ax.plot(lengths, acc, marker="o", label=name)[0]
+            ax.fill_between(
+                lengths,
+                [cells[n].ci_low for n in lengths],
+                [cells[n].ci_high for n in lengths],
+                color=line.get_color(),
+                alpha=0.2,
+                linewidth=0,
+            )
+        if base == BASE_10_ONLY:
+            for name, table in reference().items():
+                if label in table:
+                    ref = sorted(table[label].items())
+                    ax.plot(
+                        [n for n, _ in ref],
+                        [a for _, a in ref],
+                        linestyle=":",
+                        color="gray",
+                        alpha=0.8,
+                        marker="x" if "mini" in name else "+",
+                        label=name,
+                    )
+        ax.set_title(f"{label} (base {base})")
+        ax.set_xlabel("operand length n (digits)")
+        ax.set_ylabel("exact-match accuracy")
+        ax.set_ylim(-0.03, 1.03)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=110)
+    plt.close(fig)
+    return buffer.getvalue()
+
+
+def write_reports(out: Path, rows: Sequence[CellResult], commands: Sequence[str]) -> None:
+    atomic_write_text(out / "summary.md", summary_markdown(rows, commands))
+    atomic_write_bytes(out / "accuracy_vs_length.png", accuracy_plot_png(rows))

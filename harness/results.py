@@ -1,0 +1,235 @@
+"""One results schema and the run directory that holds it.
+
+A run directory holds ``results.csv`` (one row per finished cell), ``samples.jsonl`` (one line per
+problem of a finished cell), ``summary.md``, ``accuracy_vs_length.png`` and ``run.json`` (how it was
+produced). A cell is the unit of resume: it is either absent or complete. Every file is replaced
+atomically (write a temporary file, fsync, rename), so Ctrl-C or kill -9 at any moment leaves each
+file either as it was or with the whole new cell, never half-written.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import io
+import json
+import os
+import tempfile
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+
+from harness.cli import UserError
+
+
+@dataclass
+class CellResult:
+    """One row of results.csv: one (model, precision, task, base, length) cell."""
+
+    model: str
+    precision: str
+    weight_dtype: str
+    activation_dtype: str
+    task: str
+    operands: int
+    base: int
+    length: int
+    n: int
+    correct: int
+    accuracy: float
+    ci_low: float
+    ci_high: float
+    seed: int
+    # What else a reader needs to trust and compare the row.
+    truncate: int | str  # mul:trunc=L keeps L digits; "" when the full answer is asked
+    decoding: str
+    method: str  # how the weights were made: none (as shipped), cast, bnb, gguf, awq, gptq ...
+    weight_bits: int
+    group_size: int | str
+    footprint_mb: float
+    adapter: str
+    backend: str
+    no_answer: int  # generations from which no answer could be extracted
+    gen_tokens: int
+    wall_s: float
+    tokens_per_s: float
+
+    @property
+    def key(self) -> tuple:
+        return cell_key(
+            self.model, self.precision, self.adapter, self.task, self.operands, self.truncate, self.base, self.length
+        )
+
+
+COLUMNS = [f.name for f in fields(CellResult)]
+_INT_COLUMNS = {f.name for f in fields(CellResult) if f.type == "int"}
+_FLOAT_COLUMNS = {f.name for f in fields(CellResult) if f.type == "float"}
+
+
+def cell_key(model, precision, adapter, task, operands, truncate, base, length) -> tuple:
+    """What identifies a cell inside one run directory (samples, seed and decoding are fixed per run)."""
+    return (
+        str(model),
+        str(precision),
+        str(adapter or ""),
+        str(task),
+        int(operands),
+        str(truncate or ""),
+        int(base),
+        int(length),
+    )
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _parse_row(row: dict[str, str]) -> CellResult:
+    values: dict = {}
+    for name in COLUMNS:
+        raw = row.get(name, "")
+        if name in _INT_COLUMNS:
+            values[name] = int(raw)
+        elif name in _FLOAT_COLUMNS:
+            values[name] = float(raw)
+        elif name in ("truncate", "group_size"):
+            values[name] = int(raw) if raw.strip() else ""
+        else:
+            values[name] = raw
+    return CellResult(**values)
+
+
+def read_results(path: Path) -> list[CellResult]:
+    if not path.exists():
+        return []
+    with open(path, newline="", encoding="utf-8") as handle:
+        reader = csv.DictReader(handle)
+        missing = set(COLUMNS) - set(reader.fieldnames or [])
+        if missing:
+            raise UserError(
+                f"{path} is not a numprec results file (missing {', '.join(sorted(missing))}); choose another --out"
+            )
+        return [_parse_row(row) for row in reader]
+
+
+def results_csv_text(rows: Iterable[CellResult]) -> str:
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=COLUMNS, lineterminator="\n")
+    writer.writeheader()
+    for row in rows:
+        record = asdict(row)
+        for name in ("accuracy", "ci_low", "ci_high"):
+            record[name] = f"{record[name]:.4f}"
+        for name in ("wall_s", "tokens_per_s", "footprint_mb"):
+            record[name] = f"{record[name]:.1f}"
+        writer.writerow(record)
+    return buffer.getvalue()
+
+
+class RunDir:
+    """The files of one run and the cells already finished in it."""
+
+    # Fields that must agree for two invocations to share a directory: rows would not be comparable otherwise.
+    IDENTITY = ("samples", "seed", "decoding")
+
+    def __init__(self, path: Path, identity: dict, command: str, spec: dict):
+        self.path = Path(path)
+        try:
+            self.path.mkdir(parents=True, exist_ok=True)
+            probe = self.path / ".write-probe"
+            probe.write_text("")
+            probe.unlink()
+        except OSError as err:
+            raise UserError(
+                f"cannot write to output directory {self.path}: {err.strerror}; pass --out with a writable directory"
+            ) from None
+        self.results_path = self.path / "results.csv"
+        self.samples_path = self.path / "samples.jsonl"
+        self.meta_path = self.path / "run.json"
+        self._check_identity(identity)
+        self.rows = read_results(self.results_path)
+        self.done = {row.key for row in self.rows}
+        self._drop_orphan_samples()
+        history = self._meta().get("invocations", [])
+        history.append({"command": command, "spec": spec})
+        meta = {"identity": identity, "invocations": history, "versions": library_versions()}
+        atomic_write_text(self.meta_path, json.dumps(meta, indent=2) + "\n")
+
+    def _meta(self) -> dict:
+        if not self.meta_path.exists():
+            return {}
+        try:
+            return json.loads(self.meta_path.read_text())
+        except json.JSONDecodeError:
+            raise UserError(f"{self.meta_path} is not valid JSON; remove it or choose another --out") from None
+
+    def commands(self) -> list[str]:
+        """Every command that wrote into this directory, oldest first."""
+        return [entry["command"] for entry in self._meta().get("invocations", [])]
+
+    def _check_identity(self, identity: dict) -> None:
+        previous = self._meta().get("identity")
+        if previous and previous != identity:
+            diff = ", ".join(
+                f"{k} {previous.get(k)} there vs {identity.get(k)} now"
+                for k in identity
+                if previous.get(k) != identity.get(k)
+            )
+            raise UserError(f"{self.path} holds a run with other settings ({diff}); pass another --out to keep both")
+
+    def _drop_orphan_samples(self) -> None:
+        """Samples of a cell whose results row never landed (killed between the two writes) are dropped."""
+        if not self.samples_path.exists():
+            return
+        kept, dropped = [], 0
+        for line in self.samples_path.read_text(encoding="utf-8").splitlines(keepends=True):
+            try:
+                record = json.loads(line)
+                key = cell_key(
+                    *(
+                        record[k]
+                        for k in ("model", "precision", "adapter", "task", "operands", "truncate", "base", "length")
+                    )
+                )
+            except (json.JSONDecodeError, KeyError):
+                dropped += 1
+                continue
+            if key in self.done:
+                kept.append(line)
+            else:
+                dropped += 1
+        if dropped:
+            atomic_write_text(self.samples_path, "".join(kept))
+
+    def add_cell(self, row: CellResult, samples: list[dict]) -> None:
+        """Persist one finished cell: samples first, then the results row that makes the cell count."""
+        old = self.samples_path.read_bytes() if self.samples_path.exists() else b""
+        new = "".join(json.dumps(sample, ensure_ascii=False) + "\n" for sample in samples).encode("utf-8")
+        atomic_write_bytes(self.samples_path, old + new)
+        self.rows.append(row)
+        self.done.add(row.key)
+        atomic_write_text(self.results_path, results_csv_text(self.rows))
+
+
+def library_versions() -> dict[str, str]:
+    from importlib.metadata import PackageNotFoundError, version
+
+    found = {}
+    for name in ("numprec", "torch", "transformers", "accelerate", "gguf", "numpy"):
+        with contextlib.suppress(PackageNotFoundError):
+            found[name] = version(name)
+    return found

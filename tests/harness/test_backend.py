@@ -1,0 +1,82 @@
+"""The transformers backend on the real default model: prompts, prefix-cache correctness, batch invariance."""
+
+import torch
+
+from harness.backends.hf import Sampling
+from harness.eval import max_new_tokens
+from harness.problems import Task, generate
+from harness.prompts import user_message
+
+GREEDY = Sampling.named("greedy")
+
+
+def prompts_for(backend, task, length, count, seed=0):
+    problems = generate(task, 10, length, count, seed)
+    return problems, [backend.chat_prompt(user_message(p)) for p in problems]
+
+
+def test_prompt_is_the_papers_template_in_the_chat_template(smollm2_fp32):
+    problem = generate(Task("iter_add", 3), 10, 4, 1, seed=5)[0]
+    message = user_message(problem)
+    assert message.startswith("Please directly calculate the following arithmetic expression in base 10")
+    assert "<Expression> = <Result>" in message, "the format line keeps its placeholder"
+    assert message.endswith("Arithmetic Expression:\n" + problem.expression)
+    prompt = smollm2_fp32.chat_prompt(message)
+    assert prompt.startswith("<|im_start|>system\n") and prompt.endswith("<|im_start|>assistant\n")
+    assert f"<|im_start|>user\n{message}<|im_end|>" in prompt
+    assert "*" in user_message(generate(Task("mul"), 10, 2, 1)[0]).splitlines()[-1]
+
+
+def test_prefix_cache_matches_plain_generation(smollm2_fp32):
+    """The shared-prefix path must give what the model gives on each prompt alone, without any cache."""
+    backend = smollm2_fp32
+    problems, prompts = prompts_for(backend, Task("add"), 2, 6, seed=11)
+    budget = max_new_tokens(backend, Task("add"), 10, 2)
+    cached = backend.generate(prompts, budget, GREEDY)
+    for prompt, generation in zip(prompts, cached, strict=True):
+        ids = backend.tokenizer(prompt, add_special_tokens=False, return_tensors="pt")["input_ids"]
+        with torch.inference_mode():
+            plain = backend.model.generate(
+                ids,
+                max_new_tokens=generation.tokens,
+                do_sample=False,
+                top_k=None,
+                top_p=None,
+                temperature=None,
+                pad_token_id=backend.pad_id,
+            )
+        text = backend.tokenizer.decode(plain[0, ids.shape[1] :], skip_special_tokens=True)
+        assert text == generation.text
+
+
+def test_greedy_answers_do_not_depend_on_batch_size(smollm2_fp32):
+    backend = smollm2_fp32
+    _, prompts = prompts_for(backend, Task("add"), 3, 16, seed=2)
+    budget = max_new_tokens(backend, Task("add"), 10, 3)
+    backend.batch_size = 16
+    batched = [g.text for g in backend.generate(prompts, budget, GREEDY)]
+    backend.batch_size = 1
+    try:
+        single = [g.text for g in backend.generate(prompts, budget, GREEDY)]
+    finally:
+        backend.batch_size = 16
+    assert batched == single
+
+
+def test_generation_stops_at_the_end_of_the_first_line(smollm2_fp32):
+    backend = smollm2_fp32
+    _, prompts = prompts_for(backend, Task("add"), 1, 16, seed=0)
+    for generation in backend.generate(prompts, 40, GREEDY):
+        body = generation.text.lstrip()
+        assert "\n" not in body.rstrip("\n"), "nothing is generated past the first line"
+        assert generation.tokens <= 40
+
+
+def test_paper_sampling_is_seeded(smollm2_fp32):
+    backend = smollm2_fp32
+    _, prompts = prompts_for(backend, Task("mul"), 2, 8, seed=4)
+    paper = Sampling.named("paper")
+    assert (paper.top_k, paper.top_p, paper.temperature) == (50, 0.95, 0.1)
+    first = [g.text for g in backend.generate(prompts, 20, paper, seed=9)]
+    again = [g.text for g in backend.generate(prompts, 20, paper, seed=9)]
+    assert first == again

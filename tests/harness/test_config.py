@@ -1,0 +1,52 @@
+"""Configs are validated on load; every shipped config loads and describes the grid it claims."""
+
+import pytest
+
+from harness.cli import UserError
+from harness.config import build_spec, load_config
+
+
+def spec_of(name, **overrides):
+    config_name, config = load_config(name)
+    return build_spec(config_name, config, **overrides)
+
+
+def test_paper_grid_is_the_papers():
+    """§6: add n 1-13; iter_add 3 numbers n 1-9, 5 numbers n 1-5; mul n 1-5; 1k samples; paper sampling."""
+    spec = spec_of("paper")
+    grid = {task.label: lengths for task, lengths in spec.grid}
+    assert grid == {
+        "add": list(range(1, 14)),
+        "iter_add:3": list(range(1, 10)),
+        "iter_add:5": list(range(1, 6)),
+        "mul": list(range(1, 6)),
+    }
+    assert (spec.samples, spec.base, spec.decoding) == (1000, 10, "paper")
+
+
+def test_flags_override_the_config():
+    spec = spec_of("quick", tasks=["mul:trunc=2", "iter_add:4"], lengths=[2, 3], samples=7, seed=3)
+    assert [(t.label, lengths) for t, lengths in spec.grid] == [("mul:trunc=2", [2, 3]), ("iter_add:4", [2, 3])]
+    assert (spec.samples, spec.seed) == (7, 3)
+
+
+def test_task_without_lengths_needs_lengths():
+    with pytest.raises(UserError, match="--lengths"):
+        spec_of("quick", tasks=["iter_add:7"])
+
+
+@pytest.mark.parametrize(
+    "text,fragment",
+    [
+        ("grid: {add: 1-3}\nsampels: 5\n", "sampels"),
+        ("grid: {add: [1, x]}\n", "grid.add"),
+        ("grid: {add: 1-3}\ndecoding: beam\n", "decoding"),
+        ("grid: [add\n", "not valid YAML"),
+        ("- just a list\n", "expected a mapping"),
+    ],
+)
+def test_malformed_configs_name_the_problem(tmp_path, text, fragment):
+    path = tmp_path / "bad.yaml"
+    path.write_text(text)
+    with pytest.raises(UserError, match=fragment):
+        spec_of(str(path))

@@ -1,0 +1,209 @@
+"""harness.eval as a user runs it: a real subprocess on the real default model."""
+
+import csv
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import matplotlib.image
+import pytest
+
+from harness.results import COLUMNS
+
+from .helpers import ROOT, assert_user_error, command_env, run_module
+
+REQUIRED = [
+    "model",
+    "precision",
+    "weight_dtype",
+    "activation_dtype",
+    "task",
+    "operands",
+    "base",
+    "length",
+    "n",
+    "correct",
+    "accuracy",
+    "ci_low",
+    "ci_high",
+    "seed",
+]
+
+
+def read_rows(path):
+    with open(path, newline="") as handle:
+        return list(csv.DictReader(handle))
+
+
+def test_run_directory_holds_every_output(tmp_path):
+    out = tmp_path / "run"
+    result = run_module(
+        "harness.eval",
+        "--model",
+        "smollm2",
+        "--precision",
+        "fp32,bf16",
+        "--tasks",
+        "add,mul",
+        "--lengths",
+        "1",
+        "--samples",
+        "6",
+        "--out",
+        str(out),
+    )
+    assert result.returncode == 0, result.stderr
+    rows = read_rows(out / "results.csv")
+    assert list(rows[0]) == COLUMNS and set(REQUIRED) <= set(COLUMNS)
+    assert [(r["precision"], r["task"], r["length"]) for r in rows] == [
+        ("fp32", "add", "1"),
+        ("fp32", "mul", "1"),
+        ("bf16", "add", "1"),
+        ("bf16", "mul", "1"),
+    ]
+    for row in rows:
+        assert row["n"] == "6" and 0 <= int(row["correct"]) <= 6
+        assert float(row["ci_low"]) <= float(row["accuracy"]) <= float(row["ci_high"])
+    assert {r["weight_dtype"] for r in rows} == {"float32", "bfloat16"}
+    bf16 = next(r for r in rows if r["precision"] == "bf16")
+    fp32 = next(r for r in rows if r["precision"] == "fp32")
+    assert float(bf16["footprint_mb"]) < 0.6 * float(fp32["footprint_mb"]), "bf16 weights really are 16-bit"
+    samples = [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()]
+    assert len(samples) == 24
+    for sample in samples:
+        assert {"prompt", "output", "extracted", "gold", "correct"} <= set(sample)
+        assert sample["prompt"].rstrip().endswith("<|im_start|>assistant")
+        extracted = sample["extracted"]
+        assert sample["correct"] == (extracted is not None and int(extracted) == int(sample["gold"]))
+    correct = sum(s["correct"] for s in samples if s["precision"] == "fp32" and s["task"] == "add")
+    assert str(correct) == rows[0]["correct"]
+    summary = (out / "summary.md").read_text()
+    assert "## add, base 10" in summary and "## mul, base 10" in summary
+    assert "| smollm2 fp32 | smollm2 bf16 |" in summary and "GPT-4o (paper)" in summary
+    assert "python -m harness.eval --model smollm2" in summary, "the summary names the command that made it"
+    image = matplotlib.image.imread(out / "accuracy_vs_length.png")
+    assert image.shape[0] > 200 and image.shape[1] > 400, "a panel per task"
+    # Same seed, same problems, same greedy answers.
+    again = tmp_path / "again"
+    run_module(
+        "harness.eval",
+        "--model",
+        "smollm2",
+        "--precision",
+        "fp32",
+        "--tasks",
+        "add",
+        "--lengths",
+        "1",
+        "--samples",
+        "6",
+        "--out",
+        str(again),
+    )
+    first = [(s["expression"], s["output"]) for s in samples if s["precision"] == "fp32" and s["task"] == "add"]
+    rerun = map(json.loads, (again / "samples.jsonl").read_text().splitlines())
+    second = [(s["expression"], s["output"]) for s in rerun]
+    assert first == second
+
+
+def test_resume_after_kill_loses_no_finished_cell(tmp_path):
+    out = tmp_path / "run"
+    args = ["--tasks", "add", "--lengths", "1,2,3", "--samples", "8", "--out", str(out)]
+    process = subprocess.Popen(
+        [sys.executable, "-m", "harness.eval", *args],
+        cwd=ROOT,
+        env=command_env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    results = out / "results.csv"
+    deadline = time.time() + 600
+    while time.time() < deadline and process.poll() is None:
+        if results.exists() and len(read_rows(results)) >= 1:
+            break
+        time.sleep(0.2)
+    assert process.poll() is None, "the run should still be going when it is killed"
+    os.kill(process.pid, signal.SIGKILL)
+    process.wait()
+    before = read_rows(results)
+    assert 1 <= len(before) < 3
+    cells_before = {(r["task"], r["length"]) for r in before}
+    samples_before = [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()]
+    assert {(s["task"], str(s["length"])) for s in samples_before} <= cells_before
+
+    resumed = run_module("harness.eval", *args)
+    assert resumed.returncode == 0, resumed.stderr
+    assert f"{len(before)} of 3 cells already done" in resumed.stderr
+    after = read_rows(results)
+    assert [(r["task"], r["length"]) for r in after] == [("add", "1"), ("add", "2"), ("add", "3")]
+    assert after[: len(before)] == before, "finished cells are kept as they were, not recomputed"
+    assert len((out / "samples.jsonl").read_text().splitlines()) == 24
+    assert not list(out.glob(".*.tmp")), "no temporary file is left behind"
+
+
+@pytest.mark.parametrize(
+    "args,fragment",
+    [
+        (["--model", "gpt-7"], "unknown model 'gpt-7'"),
+        (["--tasks", "sub", "--lengths", "1"], "unknown task 'sub'"),
+        (["--tasks", "add", "--lengths", "0"], "length must be at least 1"),
+        (["--tasks", "add", "--lengths", "1", "--base", "1"], "base must be between 2 and 36"),
+        (["--tasks", "add", "--lengths", "1", "--base", "37"], "base must be between 2 and 36"),
+        (["--tasks", "iter_add:1", "--lengths", "1"], "at least 2 operands"),
+        (["--samples", "0"], "samples must be at least 1"),
+        (["--lengths", "one"], "not a list of integers"),
+        (["--config", "nope"], "unknown config 'nope'"),
+        (["--precision", "int3"], "unknown precision 'int3'"),
+        (["--model", "llama-bf16"], "needs a CUDA GPU"),
+        (["--model", "llama-int4"], "needs a CUDA GPU"),
+        (["--model", "smollm2", "--model-path", "/nonexistent"], "not a model directory"),
+        (["--adapter", "/nonexistent"], "not a peft adapter directory"),
+        (["--bogus-flag"], "unrecognized arguments"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(args, fragment, tmp_path):
+    assert_user_error(run_module("harness.eval", *args, cwd=tmp_path), fragment)
+    assert not (tmp_path / "reports").exists(), "nothing is written before the input is known to be good"
+
+
+def test_malformed_config_file(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("grid: {add: 1-2}\nsampels: 3\n")
+    assert_user_error(run_module("harness.eval", "--config", str(bad)), "sampels")
+    bad.write_text("grid: {add: [1, 2\n")
+    assert_user_error(run_module("harness.eval", "--config", str(bad)), "not valid YAML")
+
+
+def test_unwritable_output_directory(tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    result = run_module(
+        "harness.eval", "--tasks", "add", "--lengths", "1", "--samples", "1", "--out", str(blocker / "run")
+    )
+    assert_user_error(result, "cannot write to output directory")
+
+
+def test_other_settings_need_another_directory(tmp_path):
+    out = tmp_path / "run"
+    first = run_module("harness.eval", "--tasks", "add", "--lengths", "1", "--samples", "2", "--out", str(out))
+    assert first.returncode == 0, first.stderr
+    result = run_module("harness.eval", "--tasks", "add", "--lengths", "1", "--samples", "3", "--out", str(out))
+    assert_user_error(result, "samples 2 there vs 3 now")
+
+
+@pytest.mark.parametrize(
+    "args,fragment",
+    [
+        (["--task", "add", "--length", "0", "--out", "x.jsonl"], "length must be at least 1"),
+        (["--task", "add", "--length", "2", "--base", "40", "--out", "x.jsonl"], "base must be between 2 and 36"),
+        (["--task", "iter_add", "--operands", "1", "--length", "2", "--out", "x.jsonl"], "at least 2 operands"),
+        (["--task", "add", "--operands", "3", "--length", "2", "--out", "x.jsonl"], "use iter_add:3"),
+        (["--task", "add", "--length", "2", "--count", "0", "--out", "x.jsonl"], "count must be at least 1"),
+        (["--task", "div", "--length", "2", "--out", "x.jsonl"], "invalid choice"),
+    ],
+)
+def test_problems_cli_bad_input(args, fragment, tmp_path):
+    assert_user_error(run_module("harness.problems", *args, cwd=tmp_path), fragment)
