@@ -20,7 +20,8 @@ class EvalConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     models: list[str] = ["smollm2"]
-    precisions: list[str] | None = None  # None: each model's default precision
+    # Applied to each model that takes them; a model that takes none of them runs at its default precision.
+    precisions: list[str] | None = None
     grid: dict[str, list[int] | str | int]  # task -> lengths, as a list or a range string "1-13"
     base: int = 10
     samples: int = 100
@@ -36,7 +37,7 @@ class RunSpec:
 
     config_name: str
     models: list[str]
-    precisions: list[str] | None
+    precisions: list[str] | None  # from --precision: every model must take every one of them
     grid: list[tuple[Task, list[int]]]
     base: int
     samples: int
@@ -44,6 +45,7 @@ class RunSpec:
     seed: int
     batch_size: int
     backend: str
+    config_precisions: list[str] | None = None
     model_path: str | None = None
     adapter: str | None = None
     out: Path | None = None
@@ -62,6 +64,7 @@ class RunSpec:
             "config": self.config_name,
             "models": self.models,
             "precisions": self.precisions,
+            "config_precisions": self.config_precisions,
             "grid": {task.label: lengths for task, lengths in self.grid},
             "base": self.base,
             "samples": self.samples,
@@ -150,7 +153,8 @@ def build_spec(
     spec = RunSpec(
         config_name=config_name,
         models=models or config.models,
-        precisions=precisions or config.precisions,
+        precisions=precisions,
+        config_precisions=config.precisions,
         grid=grid,
         base=base if base is not None else config.base,
         samples=samples if samples is not None else config.samples,

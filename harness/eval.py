@@ -51,12 +51,20 @@ class Variant:
         return f"{self.model.name} {self.precision.name}" + (f" +adapter {self.adapter}" if self.adapter else "")
 
 
+def precisions_for(model: ModelSpec, spec: RunSpec) -> list[str]:
+    """--precision is strict; a config's precisions apply where the model takes them, else its default."""
+    if spec.precisions:
+        return spec.precisions
+    taken = [name for name in spec.config_precisions or [] if name in model.precisions]
+    return taken or [model.default_precision]
+
+
 def plan_variants(spec: RunSpec) -> list[Variant]:
     """Check every model/precision the run names before any work starts."""
     variants = []
     for name in spec.models:
         model = get_model(name)
-        for precision_name in spec.precisions or [model.default_precision]:
+        for precision_name in precisions_for(model, spec):
             precision = get_precision(model, precision_name)
             check_hardware(model, precision)
             check_weights(model, spec.model_path)

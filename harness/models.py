@@ -156,6 +156,9 @@ def gguf_file(package: str, file: str) -> Path:
     return path
 
 
+CONVERSION_VERSION = "v2"  # bump when the conversion changes, so that stale caches are rebuilt
+
+
 def converted_gguf_package(model: ModelSpec) -> Path:
     """The GGUF weights, dequantized once into a cached safetensors directory that reloads in a second.
 
@@ -163,7 +166,7 @@ def converted_gguf_package(model: ModelSpec) -> Path:
     dict is copied into a fresh model of the same config and that is saved (platform-facts, "GGUF trap").
     """
     source = gguf_file(model.source["package"], model.source["file"])
-    target = cache_root() / "models" / model.name
+    target = cache_root() / "models" / f"{model.name}-{CONVERSION_VERSION}"
     if (target / "model.safetensors").is_file():
         return target
     from filelock import FileLock
@@ -179,7 +182,12 @@ def converted_gguf_package(model: ModelSpec) -> Path:
         print(f"converting {source.name} to {target} (once, ~30 s)", file=sys.stderr, flush=True)
         tokenizer = AutoTokenizer.from_pretrained(source.parent, gguf_file=source.name)
         loaded = AutoModelForCausalLM.from_pretrained(source.parent, gguf_file=source.name, dtype=torch.float32)
-        fresh = type(loaded)(loaded.config)
+        config = loaded.config
+        # The weights are plain float32 now; a config that still says "gguf" would block training and
+        # any other quantization (bitsandbytes refuses a model "already quantized with GgufConfig").
+        if hasattr(config, "quantization_config"):
+            del config.quantization_config
+        fresh = type(loaded)(config)
         fresh.load_state_dict(loaded.state_dict())
         fresh.generation_config = loaded.generation_config
         staging = target.with_name(target.name + ".partial")

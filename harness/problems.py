@@ -122,25 +122,32 @@ def check_cell(base: int, length: int) -> None:
         raise UserError(f"length must be at least 1 digit, got {length}")
 
 
-def cell_rng(seed: int, task: Task, base: int, length: int) -> np.random.Generator:
-    """A random stream owned by one cell: stable across processes, Python versions and cell order."""
-    key = f"{task.label}|{base}|{length}".encode()
+def cell_rng(seed: int, task: Task, base: int, length: int, stream: str = "eval") -> np.random.Generator:
+    """A random stream owned by one cell: stable across processes, Python versions and cell order.
+
+    ``stream`` names independent streams of the same cell: evaluation problems come from "eval",
+    fine-tuning data from "finetune", so the two never share draws.
+    """
+    key = f"{task.label}|{base}|{length}" + ("" if stream == "eval" else f"|{stream}")
+    key = key.encode()
     cell_hash = int.from_bytes(hashlib.sha256(key).digest()[:8], "little")
     return np.random.default_rng(np.random.SeedSequence([seed, cell_hash]))
 
 
-def draw_digits(seed: int, task: Task, base: int, length: int, count: int) -> np.ndarray:
+def draw_digits(seed: int, task: Task, base: int, length: int, count: int, stream: str = "eval") -> np.ndarray:
     """Uniform digits of shape (count, operands, length), most significant first (Alg. get_data)."""
     check_cell(base, length)
     if count < 1:
         raise UserError(f"count must be at least 1, got {count}")
     # Filled in C order from one stream, so problem i never depends on how many follow it.
-    return cell_rng(seed, task, base, length).integers(0, base, size=(count, task.operands, length))
+    return cell_rng(seed, task, base, length, stream).integers(0, base, size=(count, task.operands, length))
 
 
-def generate(task: Task, base: int, length: int, count: int, seed: int = 0, start: int = 0) -> list[Problem]:
+def generate(
+    task: Task, base: int, length: int, count: int, seed: int = 0, start: int = 0, stream: str = "eval"
+) -> list[Problem]:
     """Problems ``start .. count-1`` of a cell's stream."""
-    digits = draw_digits(seed, task, base, length, count)
+    digits = draw_digits(seed, task, base, length, count, stream)
     symbols = np.array(list(DIGITS[:base]))[digits]  # (count, operands, length) of 1-char strings
     problems = []
     for index in range(start, count):

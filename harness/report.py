@@ -17,6 +17,7 @@ import yaml
 from harness.results import CellResult, atomic_write_bytes, atomic_write_text
 
 BASE_10_ONLY = 10  # the paper's reference table is base 10
+MARKERS = "osD^vP*X"
 
 
 def task_label(row: CellResult) -> str:
@@ -114,31 +115,31 @@ def accuracy_plot_png(rows: Sequence[CellResult]) -> bytes:
     panels = max(1, len(groups))
     fig, axes = plt.subplots(1, panels, figsize=(4.2 * panels, 3.6), squeeze=False)
     for ax, ((label, base), series) in zip(axes[0], groups.items(), strict=False):
-        for name, cells in series.items():
+        # Series often coincide (fp32 and bf16 on a small model): dodge them sideways and vary the markers.
+        width = 0.08 * (len(series) - 1)
+        for number, (name, cells) in enumerate(series.items()):
             lengths = sorted(cells)
-            acc = [cells[n].accuracy for n in lengths]
-            line = ax.plot(lengths, acc, marker="o", label=name)[0]
-            ax.fill_between(
-                lengths,
-                [cells[n].ci_low for n in lengths],
-                [cells[n].ci_high for n in lengths],
-                color=line.get_color(),
-                alpha=0.2,
-                linewidth=0,
-            )
+            x = [n + number * 0.08 - width / 2 for n in lengths]
+            marker = MARKERS[number % len(MARKERS)]
+            line = ax.plot(x, [cells[n].accuracy for n in lengths], marker=marker, label=name)[0]
+            low, high = [cells[n].ci_low for n in lengths], [cells[n].ci_high for n in lengths]
+            ax.fill_between(x, low, high, color=line.get_color(), alpha=0.15, linewidth=0)
+        measured = sorted({n for cells in series.values() for n in cells})
         if base == BASE_10_ONLY:
             for name, table in reference().items():
-                if label in table:
-                    ref = sorted(table[label].items())
+                # Only over the lengths we measured: the reference must not stretch the axis past our data.
+                ref = sorted((n, a) for n, a in table.get(label, {}).items() if measured[0] <= n <= measured[-1])
+                if ref:
                     ax.plot(
-                        [n for n, _ in ref],
-                        [a for _, a in ref],
+                        *zip(*ref, strict=True),
                         linestyle=":",
                         color="gray",
                         alpha=0.8,
+                        markersize=8,
                         marker="x" if "mini" in name else "+",
                         label=name,
                     )
+        ax.set_xticks(measured)
         ax.set_title(f"{label} (base {base})")
         ax.set_xlabel("operand length n (digits)")
         ax.set_ylabel("exact-match accuracy")

@@ -91,7 +91,9 @@ class HFBackend:
         self.tokenizer = AutoTokenizer.from_pretrained(weights)
         self.model = AutoModelForCausalLM.from_pretrained(weights, **_load_kwargs(precision, self.device)).eval()
         if adapter:
-            self.model = _with_adapter(self.model, adapter)
+            # Fold LoRA into unquantized weights (same outputs, no adapter overhead); a 4-bit base keeps it apart,
+            # as merging would requantize the base.
+            self.model = _with_adapter(self.model, adapter, merge=precision.method == "cast")
         self.pad_id = self.tokenizer.pad_token_id
         if self.pad_id is None:
             self.pad_id = self.tokenizer.eos_token_id
@@ -205,14 +207,15 @@ def _load_kwargs(precision: PrecisionSpec, device: str) -> dict:
     raise UserError(f"precision {precision.name} (method {precision.method}) has no transformers loader")
 
 
-def _with_adapter(model, adapter: str):
+def _with_adapter(model, adapter: str, merge: bool):
     try:
         from peft import PeftModel
     except ImportError:
         raise UserError("--adapter needs peft; run: pip install 'peft>=0.17'") from None
     if not os.path.isfile(os.path.join(adapter, "adapter_config.json")):
         raise UserError(f"--adapter {adapter} is not a peft adapter directory (no adapter_config.json)")
-    return PeftModel.from_pretrained(model, adapter).eval()
+    model = PeftModel.from_pretrained(model, adapter)
+    return (model.merge_and_unload() if merge else model).eval()
 
 
 def _common_prefix(sequences: list[list[int]]) -> list[int]:

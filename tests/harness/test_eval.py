@@ -111,7 +111,7 @@ def test_run_directory_holds_every_output(tmp_path):
 
 def test_resume_after_kill_loses_no_finished_cell(tmp_path):
     out = tmp_path / "run"
-    args = ["--tasks", "add", "--lengths", "1,2,3", "--samples", "8", "--out", str(out)]
+    args = ["--precision", "fp32", "--tasks", "add", "--lengths", "1,2,3", "--samples", "8", "--out", str(out)]
     process = subprocess.Popen(
         [sys.executable, "-m", "harness.eval", *args],
         cwd=ROOT,
@@ -159,6 +159,7 @@ def test_resume_after_kill_loses_no_finished_cell(tmp_path):
         (["--precision", "int3"], "unknown precision 'int3'"),
         (["--model", "llama-bf16"], "needs a CUDA GPU"),
         (["--model", "llama-int4"], "needs a CUDA GPU"),
+    (["--model", "llama-int4", "--precision", "fp32"], "llama-int4 does not run at fp32"),
         (["--model", "smollm2", "--model-path", "/nonexistent"], "not a model directory"),
         (["--adapter", "/nonexistent"], "not a peft adapter directory"),
         (["--bogus-flag"], "unrecognized arguments"),

@@ -1,0 +1,120 @@
+"""The paper's fine-tuning set (§6 "Dataset for Fine-tuning"), built from the harness's own generator.
+
+Per task: operand lengths 1-9, 60k samples (5k per length for 1-6, 10k per length for 7-9). Each sample
+is the few-shot prompt as the user turn (the chat template is applied by the trainer, with the model's own
+template) and ``<expression> = <answer>`` as the assistant turn, the format the prompt asks for.
+
+Disjoint from evaluation: samples come from the cell's "finetune" stream, and every problem that
+harness.eval would draw for that cell with the same seed (its first ``--eval-count`` problems) is
+rejected. Where those evaluation problems already exhaust the problem space (1-digit addition has only
+100 problems), disjointness is impossible; such cells keep their samples and are listed under
+``overlapping_cells`` in ``meta.json``.
+
+    python -m finetune.data --tasks add,iter_add:3,mul --seed 0 --out data/finetune
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+
+from harness.cli import ArgParser, UserError, name_list, run
+from harness.problems import Problem, Task, generate, parse_task
+from harness.prompts import user_message
+
+LENGTHS = range(1, 10)
+PAPER_COUNTS = {length: 5_000 if length <= 6 else 10_000 for length in LENGTHS}  # 60k per task
+
+
+def sample_counts(scale: float = 1.0) -> dict[int, int]:
+    """Samples per length: the paper's counts times ``scale`` (at least 1 each)."""
+    if scale <= 0:
+        raise UserError(f"scale must be positive, got {scale}")
+    return {length: max(1, round(count * scale)) for length, count in PAPER_COUNTS.items()}
+
+
+def problem_key(problem: Problem) -> tuple[str, ...]:
+    return tuple(problem.operands)
+
+
+def space_size(task: Task, base: int, length: int) -> int:
+    return (base**length) ** task.operands
+
+
+def finetune_problems(task: Task, base: int, length: int, count: int, seed: int, eval_count: int):
+    """``count`` problems of the cell's fine-tuning stream, none among its first ``eval_count`` eval problems.
+
+    Returns (problems, disjoint). disjoint is False when the evaluation problems cover the whole space.
+    """
+    excluded = {problem_key(p) for p in generate(task, base, length, eval_count, seed)}
+    if len(excluded) >= space_size(task, base, length):
+        return generate(task, base, length, count, seed, stream="finetune"), False
+    kept: list[Problem] = []
+    drawn = 0
+    while len(kept) < count:
+        # Draw in growing chunks; each chunk continues the same stream, so the result does not depend on chunking.
+        want = drawn + max(1024, 2 * (count - len(kept)))
+        for problem in generate(task, base, length, want, seed, start=drawn, stream="finetune"):
+            if problem_key(problem) not in excluded:
+                kept.append(problem)
+                if len(kept) == count:
+                    break
+        drawn = want
+    return kept, True
+
+
+def to_example(problem: Problem, task: Task) -> dict:
+    """A conversational prompt-completion example: trl computes the loss on the completion only."""
+    return {
+        "prompt": [{"role": "user", "content": user_message(problem)}],
+        "completion": [{"role": "assistant", "content": f"{problem.expression} = {problem.answer}"}],
+        "task": task.label,
+        "length": problem.length,
+        "expression": problem.expression,
+        "answer": problem.answer,
+    }
+
+
+def build(task: Task, seed: int = 0, scale: float = 1.0, base: int = 10, eval_count: int = 1000):
+    """The fine-tuning set of one task as a shuffled ``datasets.Dataset``, plus the cells that overlap eval."""
+    import datasets
+
+    examples, overlapping = [], []
+    for length, count in sample_counts(scale).items():
+        problems, disjoint = finetune_problems(task, base, length, count, seed, eval_count)
+        if not disjoint:
+            overlapping.append(length)
+        examples.extend(to_example(p, task) for p in problems)
+    dataset = datasets.Dataset.from_list(examples).shuffle(seed=seed)
+    return dataset, overlapping
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = ArgParser(prog="python -m finetune.data", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--tasks", type=name_list, default=["add", "iter_add:3", "mul"])
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--scale", type=float, default=1.0, help="fraction of the paper's 60k samples per task")
+    parser.add_argument("--eval-count", type=int, default=1000, help="evaluation problems per cell to exclude")
+    parser.add_argument("--out", type=Path, default=Path("data/finetune"))
+    args = parser.parse_args(argv)
+    tasks = [parse_task(label) for label in args.tasks]
+    meta = {"seed": args.seed, "scale": args.scale, "eval_count": args.eval_count, "tasks": {}}
+    for task in tasks:
+        dataset, overlapping = build(task, args.seed, args.scale, eval_count=args.eval_count)
+        target = args.out / task.label.replace(":", "_")
+        try:
+            dataset.save_to_disk(str(target))
+        except OSError as err:
+            raise UserError(f"cannot write {target}: {err.strerror}; choose a writable --out") from None
+        meta["tasks"][task.label] = {"path": str(target), "rows": dataset.num_rows, "overlapping_cells": overlapping}
+        print(
+            f"{task.label}: {dataset.num_rows} examples -> {target}"
+            + (f" (lengths {overlapping} overlap eval: space exhausted)" if overlapping else "")
+        )
+    (args.out / "meta.json").write_text(json.dumps(meta, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    run(main)

@@ -1,0 +1,304 @@
+"""LoRA / QLoRA fine-tuning of a model on one arithmetic task: the paper's recipe (appendix tab:lora_config).
+
+    python -m finetune.train --config finetune/configs/cpu_smoke.yaml --out runs/smoke-lora
+    accelerate launch --cpu --num_processes 2 -m finetune.train --config ... --out ...   # DDP over gloo
+    accelerate launch --config_file finetune/accelerate/multi_gpu.yaml -m finetune.train --config ... --out ...
+
+trl's SFTTrainer does the training (loss on the assistant turn only); peft adds the adapters; QLoRA loads
+the base in nf4 through bitsandbytes and prepares it with prepare_model_for_kbit_training. Rerunning
+into the same --out resumes from the last checkpoint. The adapter lands in OUT/adapter in peft format,
+beside the config that made it; evaluate it with
+
+    python -m harness.eval --model smollm2 --adapter OUT/adapter [--model-path OUT/base]
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from harness.cli import ArgParser, UserError, run
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class TinyModel(Strict):
+    """A randomly initialised Llama with the model's tokenizer: for tests and smoke runs."""
+
+    hidden_size: int = 64
+    intermediate_size: int = 128
+    num_hidden_layers: int = 2
+    num_attention_heads: int = 4
+    num_key_value_heads: int = 2
+
+
+class DataConfig(Strict):
+    seed: int = 0
+    scale: float = 1.0  # fraction of the paper's 60k samples per task
+    path: str | None = None  # a dataset saved by python -m finetune.data (instead of building one)
+    max_samples: int | None = None
+
+
+class LoraSettings(Strict):
+    r: int = 8
+    alpha: int = 16
+    dropout: float = 0.05
+    target_modules: str | list[str] = "all-linear"
+
+
+class QuantSettings(Strict):
+    compute_dtype: Literal["float32", "bfloat16", "float16"] = "bfloat16"
+    # FSDP shards the 4-bit weights as tensors of this dtype: it must match the FSDP mixed-precision dtype.
+    storage_dtype: Literal["uint8", "float32", "bfloat16", "float16"] = "uint8"
+
+
+class TrainSettings(Strict):
+    learning_rate: float = 2e-4
+    epochs: float = 1
+    batch_size: int = 8
+    grad_accum: int = 1
+    weight_decay: float = 0.01
+    warmup_ratio: float = 0.1
+    scheduler: str = "cosine"
+    adam_beta1: float = 0.9
+    adam_beta2: float = 0.999
+    max_steps: int = -1
+    dtype: Literal["float32", "bfloat16"] = "bfloat16"
+    max_length: int = 1024
+    logging_steps: int = 10
+    save_steps: int = 500
+    gradient_checkpointing: bool = False
+
+
+class FinetuneConfig(Strict):
+    model: str = "smollm2"
+    model_path: str | None = None
+    tiny: TinyModel | None = None
+    task: str = "add"
+    method: Literal["lora", "qlora"] = "lora"
+    seed: int = 0
+    data: DataConfig = DataConfig()
+    lora: LoraSettings = LoraSettings()
+    quant: QuantSettings = QuantSettings()
+    train: TrainSettings = TrainSettings()
+
+
+def load_config(path: Path) -> FinetuneConfig:
+    if not path.is_file():
+        raise UserError(f"no config file at {path}; see finetune/configs/ for examples")
+    try:
+        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+        return FinetuneConfig(**(raw or {}))
+    except yaml.YAMLError as err:
+        raise UserError(f"{path}: not valid YAML ({getattr(err, 'problem', err)})") from None
+    except ValidationError as err:
+        first = err.errors()[0]
+        location = ".".join(str(part) for part in first["loc"])
+        raise UserError(f"{path}: {location}: {first['msg']}") from None
+    except TypeError:
+        raise UserError(f"{path}: expected a mapping of keys (model, task, method, train, ...)") from None
+
+
+def is_main_process() -> bool:
+    return int(os.environ.get("RANK", "0")) == 0
+
+
+def base_weights(config: FinetuneConfig, out: Path) -> str:
+    """The directory the base model loads from: a registry model, --model_path, or a tiny model saved in OUT/base."""
+    from harness.models import get_model, quiet_transformers, resolve_weights
+
+    quiet_transformers()
+    model = get_model(config.model)
+    weights = resolve_weights(model, config.model_path)
+    if config.tiny is None:
+        return weights
+    target = out / "base"
+    if not (target / "model.safetensors").is_file():
+        import torch
+        from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+
+        tokenizer = AutoTokenizer.from_pretrained(weights)
+        torch.manual_seed(config.seed)
+        llama = LlamaForCausalLM(
+            LlamaConfig(
+                vocab_size=len(tokenizer),
+                bos_token_id=tokenizer.bos_token_id,
+                eos_token_id=tokenizer.eos_token_id,
+                pad_token_id=tokenizer.pad_token_id,
+                tie_word_embeddings=True,
+                max_position_embeddings=2048,
+                **config.tiny.model_dump(),
+            )
+        )
+        if is_main_process():  # under DDP one process writes; every process builds the same seeded weights
+            staging = out / "base.partial"
+            llama.save_pretrained(staging)
+            tokenizer.save_pretrained(staging)
+            os.replace(staging, target)
+        else:
+            while not (target / "model.safetensors").is_file():
+                time.sleep(0.2)
+    return str(target)
+
+
+def load_model(config: FinetuneConfig, weights: str):
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    dtype = getattr(torch, config.train.dtype)
+    if config.method == "lora":
+        return AutoModelForCausalLM.from_pretrained(weights, dtype=dtype)
+    try:
+        import bitsandbytes  # noqa: F401
+        from peft import prepare_model_for_kbit_training
+        from transformers import BitsAndBytesConfig
+    except ImportError:
+        raise UserError("QLoRA needs bitsandbytes and peft; run: bash scripts/setup.sh") from None
+    quant = BitsAndBytesConfig(
+        load_in_4bit=True,
+        bnb_4bit_quant_type="nf4",
+        bnb_4bit_compute_dtype=getattr(torch, config.quant.compute_dtype),
+        bnb_4bit_quant_storage=getattr(torch, config.quant.storage_dtype),
+    )
+    model = AutoModelForCausalLM.from_pretrained(weights, quantization_config=quant, dtype=dtype)
+    return prepare_model_for_kbit_training(model, use_gradient_checkpointing=config.train.gradient_checkpointing)
+
+
+def training_data(config: FinetuneConfig):
+    from finetune.data import build
+    from harness.problems import parse_task
+
+    if config.data.path:
+        import datasets
+
+        if not Path(config.data.path).is_dir():
+            raise UserError(
+                f"data.path {config.data.path} is not a saved dataset; build one with python -m finetune.data"
+            )
+        dataset = datasets.load_from_disk(config.data.path)
+    else:
+        dataset, _ = build(parse_task(config.task), seed=config.data.seed, scale=config.data.scale)
+    if config.data.max_samples:
+        dataset = dataset.select(range(min(config.data.max_samples, dataset.num_rows)))
+    return dataset.select_columns(["prompt", "completion"])
+
+
+def last_checkpoint(checkpoints: Path) -> str | None:
+    from transformers.trainer_utils import get_last_checkpoint
+
+    return get_last_checkpoint(str(checkpoints)) if checkpoints.is_dir() else None
+
+
+def train(config: FinetuneConfig, config_path: Path, out: Path) -> dict:
+    import torch
+    from peft import LoraConfig
+    from transformers import AutoTokenizer
+    from trl import SFTConfig, SFTTrainer
+
+    out.mkdir(parents=True, exist_ok=True)
+    weights = base_weights(config, out)
+    tokenizer = AutoTokenizer.from_pretrained(weights)
+    model = load_model(config, weights)
+    settings = config.train
+    checkpoints = out / "checkpoints"
+    args = SFTConfig(
+        output_dir=str(checkpoints),
+        num_train_epochs=settings.epochs,
+        max_steps=settings.max_steps,
+        per_device_train_batch_size=settings.batch_size,
+        gradient_accumulation_steps=settings.grad_accum,
+        learning_rate=settings.learning_rate,
+        weight_decay=settings.weight_decay,
+        adam_beta1=settings.adam_beta1,
+        adam_beta2=settings.adam_beta2,
+        optim="adamw_torch",
+        lr_scheduler_type=settings.scheduler,
+        warmup_steps=settings.warmup_ratio,  # transformers 5: a float in [0, 1) is a ratio of total steps
+        bf16=settings.dtype == "bfloat16" and config.method == "lora" and torch.cuda.is_available(),
+        logging_steps=settings.logging_steps,
+        save_steps=settings.save_steps,
+        save_total_limit=2,
+        max_length=settings.max_length,
+        completion_only_loss=True,
+        gradient_checkpointing=settings.gradient_checkpointing,
+        seed=config.seed,
+        data_seed=config.data.seed,
+        report_to="none",
+        use_cpu=not torch.cuda.is_available(),
+        dataloader_num_workers=0,
+        disable_tqdm=False,
+    )
+    lora = LoraConfig(
+        r=config.lora.r,
+        lora_alpha=config.lora.alpha,
+        lora_dropout=config.lora.dropout,
+        target_modules=config.lora.target_modules,
+        task_type="CAUSAL_LM",
+    )
+    trainer = SFTTrainer(
+        model=model, args=args, train_dataset=training_data(config), processing_class=tokenizer, peft_config=lora
+    )
+    resume = last_checkpoint(checkpoints)
+    started = time.perf_counter()
+    trainer.train(resume_from_checkpoint=resume)
+    losses = [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]
+    summary = {
+        "method": config.method,
+        "task": config.task,
+        "steps": trainer.state.global_step,
+        "first_loss": losses[0] if losses else None,
+        "last_loss": losses[-1] if losses else None,
+        "losses": losses,
+        "resumed_from": resume,
+        "wall_s": round(time.perf_counter() - started, 1),
+        "world_size": trainer.args.world_size,
+    }
+    adapter = out / "adapter"
+    trainer.save_model(str(adapter))  # peft format: adapter_config.json + adapter_model.safetensors
+    if trainer.is_world_process_zero():
+        shutil.copyfile(config_path, adapter / "train_config.yaml")
+        (adapter / "train_summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    return summary
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = ArgParser(prog="python -m finetune.train", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--config", type=Path, required=True, help="a YAML file like finetune/configs/cpu_smoke.yaml")
+    parser.add_argument("--out", type=Path, required=True, help="run directory: checkpoints/, adapter/, base/")
+    args = parser.parse_args(argv)
+    config = load_config(args.config)
+    from harness.models import get_model, has_cuda
+    from harness.problems import parse_task
+
+    model = get_model(config.model)
+    parse_task(config.task)
+    if model.requires == "gpu" and config.tiny is None and not has_cuda():
+        raise UserError(
+            f"{model.name} is trained on a CUDA GPU and this machine has none; use "
+            "finetune/configs/cpu_smoke.yaml here, or submit finetune/slurm/train.sbatch"
+        )
+    try:
+        args.out.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise UserError(f"cannot write to {args.out}: {err.strerror}; pass a writable --out") from None
+    summary = train(config, args.config, args.out)
+    if is_main_process():
+        print(
+            f"{config.method} on {config.task}: {summary['steps']} steps, loss {summary['first_loss']:.3f} -> "
+            f"{summary['last_loss']:.3f} in {summary['wall_s']} s; adapter in {args.out / 'adapter'}"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    run(main)

@@ -1,0 +1,135 @@
+"""Figures and the summary of a sweep's results.csv (rows as read by csv.DictReader, values as text)."""
+
+from __future__ import annotations
+
+import io
+
+import pandas as pd
+
+PANEL_KEYS = ["task", "operands", "base", "fixed_width", "depth"]
+
+
+def frame(rows: list[dict]) -> pd.DataFrame:
+    df = pd.DataFrame(rows)
+    if df.empty:
+        return df
+    for column in ("operands", "base", "length", "depth", "seed", "steps", "n", "correct"):
+        df[column] = df[column].astype(int)
+    for column in ("accuracy", "ci_low", "ci_high", "tokens_per_s", "mfu", "wall_s"):
+        df[column] = df[column].astype(float)
+    df["eval_format"] = df["eval_format"].fillna("").astype(str)
+    return df
+
+
+def _title(key: tuple) -> str:
+    task, operands, base, fixed, depth = key
+    width = "fixed width" if str(fixed) == "True" else "stripped"
+    name = f"{task} of {operands}" if task == "iter_add" else task
+    return f"{name}, base {base}, depth {depth} ({width})"
+
+
+def _png(fig) -> bytes:
+    import matplotlib.pyplot as plt
+
+    buffer = io.BytesIO()
+    fig.tight_layout()
+    fig.savefig(buffer, format="png", dpi=110)
+    plt.close(fig)
+    return buffer.getvalue()
+
+
+def _figure(panels: int):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt.subplots(1, max(1, panels), figsize=(4.6 * max(1, panels), 3.8), squeeze=False)
+
+
+def accuracy_figure(rows: list[dict]) -> bytes:
+    """The paper's Fig. 2-3: accuracy vs n, a colour per precision; best of seeds solid, mean dashed with
+    the min-max band over seeds."""
+    df = frame(rows)
+    native = df[df["eval_format"] == ""] if not df.empty else df
+    groups = list(native.groupby(PANEL_KEYS)) if not native.empty else []
+    fig, axes = _figure(len(groups))
+    for ax, (key, panel) in zip(axes[0], groups, strict=False):
+        for precision, data in panel.groupby("precision", sort=False):
+            stats = data.groupby("length")["accuracy"].agg(["max", "mean", "min", "count"]).reset_index()
+            line = ax.plot(
+                stats["length"], stats["max"], marker="o", label=f"{precision} best of {stats['count'].max()}"
+            )[0]
+            ax.plot(
+                stats["length"],
+                stats["mean"],
+                linestyle="--",
+                color=line.get_color(),
+                alpha=0.8,
+                label=f"{precision} mean",
+            )
+            ax.fill_between(stats["length"], stats["min"], stats["max"], color=line.get_color(), alpha=0.15)
+        ax.set_title(_title(key), fontsize=9)
+        ax.set_xlabel("operand length n")
+        ax.set_ylabel("exact-match accuracy")
+        ax.set_ylim(-0.03, 1.03)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    return _png(fig)
+
+
+def phase_figure(rows: list[dict]) -> bytes:
+    """Mantissa bits x n -> accuracy of fp32-trained models (mean over seeds) evaluated in each emulated format."""
+    df = frame(rows)
+    emulated = df[(df["eval_format"] != "") & (df["precision"] == "fp32")] if not df.empty else df
+    groups = list(emulated.groupby(PANEL_KEYS)) if not emulated.empty else []
+    fig, axes = _figure(len(groups))
+    for ax, (key, panel) in zip(axes[0], groups, strict=False):
+        table = panel.pivot_table(index="eval_format", columns="length", values="accuracy", aggfunc="mean")
+        order = sorted(table.index, key=lambda name: (int(name.split("m")[1]), int(name[1:].split("m")[0])))
+        table = table.loc[order]
+        image = ax.imshow(table.values, vmin=0, vmax=1, cmap="viridis", aspect="auto", origin="lower")
+        ax.set_xticks(range(len(table.columns)), [str(c) for c in table.columns])
+        ax.set_yticks(range(len(table.index)), list(table.index))
+        for (i, j), value in pd.DataFrame(table.values).stack().items():
+            ax.text(
+                j, i, f"{value:.2f}", ha="center", va="center", fontsize=7, color="white" if value < 0.6 else "black"
+            )
+        ax.set_xlabel("operand length n")
+        ax.set_ylabel("evaluated in format (by mantissa bits)")
+        ax.set_title("fp32-trained, " + _title(key), fontsize=9)
+        fig.colorbar(image, ax=ax, fraction=0.046)
+    return _png(fig)
+
+
+def summary_markdown(rows: list[dict]) -> str:
+    df = frame(rows)
+    lines = ["# From-scratch precision sweep", ""]
+    if df.empty:
+        return "\n".join(lines + ["No finished cells yet.", ""])
+    native = df[df["eval_format"] == ""]
+    for key, panel in native.groupby(PANEL_KEYS):
+        lines += [f"## {_title(key)}", "", "Accuracy per precision: best of seeds / mean ± std (seeds).", ""]
+        table = panel.groupby(["length", "precision"], sort=False)["accuracy"].agg(["max", "mean", "std", "count"])
+        precisions = list(dict.fromkeys(panel["precision"]))
+        lines.append("| n | " + " | ".join(precisions) + " |")
+        lines.append("|---:|" + "---:|" * len(precisions))
+        for length in sorted(panel["length"].unique()):
+            cells = []
+            for precision in precisions:
+                if (length, precision) in table.index:
+                    r = table.loc[(length, precision)]
+                    cells.append(f"{r['max']:.3f} / {r['mean']:.3f} ± {0 if pd.isna(r['std']) else r['std']:.3f}")
+                else:
+                    cells.append("")
+            lines.append(f"| {length} | " + " | ".join(cells) + " |")
+        lines.append("")
+    speed = native.groupby("precision")[["tokens_per_s", "mfu"]].median()
+    lines += [
+        "## Training throughput (median over cells, one thread each)",
+        "",
+        "| precision | tokens/s | MFU |",
+        "|---|---:|---:|",
+    ]
+    lines += [f"| {p} | {r['tokens_per_s']:,.0f} | {r['mfu']:.1%} |" for p, r in speed.iterrows()]
+    return "\n".join(lines + [""])

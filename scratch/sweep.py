@@ -1,0 +1,286 @@
+"""The paper's from-scratch precision sweep: task x base x n x precision x depth x seed.
+
+    python -m scratch.sweep --config scratch/configs/cpu.yaml --out reports/scratch-cpu
+
+Each cell trains one model (scratch.train) in its own single-thread worker process (on this machine N
+one-thread processes beat one N-thread process), or as one task of a Slurm job array through submitit
+(``launcher: slurm``). Finished cells are rows of ``results.csv``; rerunning the command skips them, and
+an interrupted cell resumes from its checkpoint. Each cell also evaluates its trained model under the
+emulated float formats of ``eval_formats`` (rows with ``eval_format`` set), which feeds the phase diagram.
+
+Outputs: results.csv, accuracy_vs_length.png (the paper's Fig. 2-3: a line per precision, best of seeds
+solid, mean dashed with the min-max band), phase_diagram.png (mantissa bits x n -> accuracy of the
+fp32-trained models evaluated in each format), summary.md.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import itertools
+import sys
+import time
+from collections.abc import Sequence
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from multiprocessing import get_context
+from pathlib import Path
+from typing import Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from harness.cli import ArgParser, UserError, run
+from harness.results import atomic_write_bytes, atomic_write_text
+from harness.scoring import wilson_interval
+from scratch.numerics import FloatFormat
+from scratch.train import RunConfig
+
+COLUMNS = [
+    "task",
+    "operands",
+    "base",
+    "length",
+    "fixed_width",
+    "precision",
+    "depth",
+    "seed",
+    "eval_format",
+    "steps",
+    "n",
+    "correct",
+    "accuracy",
+    "ci_low",
+    "ci_high",
+    "tokens_per_s",
+    "mfu",
+    "wall_s",
+]
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class TaskGrid(Strict):
+    op: Literal["add", "mul"]
+    base: int
+    lengths: list[int]
+    operands: int = 2
+    fixed_width: bool = False
+
+
+class SweepConfig(Strict):
+    tasks: list[TaskGrid]
+    precisions: list[Literal["fp32", "bf16", "bf16-amp"]] = ["fp32", "bf16"]
+    depths: list[int] = [3]
+    seeds: list[int] = [0, 1, 2]
+    train: dict = {}  # scratch.train.RunConfig fields shared by every cell: n_embd, steps, batch_size, lr, ...
+    workers: int = 2
+    launcher: Literal["local", "slurm"] = "local"
+    slurm: dict = {}  # submitit parameters, e.g. {slurm_partition: gpu, timeout_min: 2880, gpus_per_node: 1}
+
+
+PER_CELL = {"op", "operands", "base", "length", "fixed_width", "precision", "depth", "seed", "threads"}
+
+
+def load_sweep(path: Path) -> SweepConfig:
+    if not path.is_file():
+        raise UserError(f"no sweep config at {path}; see scratch/configs/cpu.yaml")
+    try:
+        config = SweepConfig(**(yaml.safe_load(path.read_text()) or {}))
+    except yaml.YAMLError as err:
+        raise UserError(f"{path}: not valid YAML ({getattr(err, 'problem', err)})") from None
+    except ValidationError as err:
+        first = err.errors()[0]
+        raise UserError(f"{path}: {'.'.join(str(p) for p in first['loc'])}: {first['msg']}") from None
+    except TypeError:
+        raise UserError(f"{path}: expected a mapping with tasks, precisions, seeds, ...") from None
+    allowed = set(RunConfig.__dataclass_fields__) - PER_CELL
+    unknown = set(config.train) - allowed
+    if unknown:
+        raise UserError(f"{path}: train.{sorted(unknown)[0]}: unknown setting; allowed: {', '.join(sorted(allowed))}")
+    try:
+        for name in config.train.get("eval_formats", []):
+            FloatFormat.parse(name)
+        for grid in config.tasks:
+            for length in grid.lengths:
+                RunConfig(op=grid.op, base=grid.base, length=length, operands=grid.operands).task()
+    except ValueError as err:
+        raise UserError(f"{path}: {err}") from None
+    return config
+
+
+def cells(config: SweepConfig) -> list[RunConfig]:
+    return [
+        RunConfig(
+            **config.train,
+            op=grid.op,
+            operands=grid.operands,
+            base=grid.base,
+            length=length,
+            fixed_width=grid.fixed_width,
+            precision=precision,
+            depth=depth,
+            seed=seed,
+            threads=1,
+        )
+        for grid in config.tasks
+        for length, precision, depth, seed in itertools.product(
+            grid.lengths, config.precisions, config.depths, config.seeds
+        )
+    ]
+
+
+def task_name(run_config: RunConfig) -> str:
+    return "iter_add" if run_config.op == "add" and run_config.operands > 2 else run_config.op
+
+
+def cell_id(c: RunConfig) -> str:
+    width = "fixed" if c.fixed_width else "var"
+    return f"{c.op}{c.operands}-b{c.base}-n{c.length}-{width}-{c.precision}-d{c.depth}-s{c.seed}"
+
+
+def run_cell(run_config: RunConfig, out: str) -> list[dict]:
+    """One cell, in whatever process runs it: train (or resume), evaluate, return its rows."""
+    from scratch.train import run as train_run
+
+    directory = Path(out) / "cells" / cell_id(run_config)
+    directory.mkdir(parents=True, exist_ok=True)
+    started = time.perf_counter()
+    with open(directory / "train.log", "a") as log_file:
+        summary = train_run(run_config, directory, log=lambda line: print(line, file=log_file, flush=True))
+    wall = time.perf_counter() - started
+    base_row = {
+        "task": task_name(run_config),
+        "operands": run_config.operands,
+        "base": run_config.base,
+        "length": run_config.length,
+        "fixed_width": run_config.fixed_width,
+        "precision": run_config.precision,
+        "depth": run_config.depth,
+        "seed": run_config.seed,
+        "steps": summary["steps"],
+        "n": summary["n_test"],
+        "tokens_per_s": round(summary["tokens_per_s"], 1),
+        "mfu": round(summary["mfu"], 4),
+        "wall_s": round(wall, 1),
+    }
+    rows = []
+    for eval_format, correct in [("", summary["correct"]), *summary["formats"].items()]:
+        low, high = wilson_interval(correct, summary["n_test"])
+        rows.append(
+            {
+                **base_row,
+                "eval_format": eval_format,
+                "correct": correct,
+                "accuracy": round(correct / summary["n_test"], 4),
+                "ci_low": round(low, 4),
+                "ci_high": round(high, 4),
+            }
+        )
+    return rows
+
+
+def row_key(row: dict) -> tuple:
+    return tuple(
+        str(row[k]) for k in ("task", "operands", "base", "length", "fixed_width", "precision", "depth", "seed")
+    )
+
+
+def cell_key(c: RunConfig) -> tuple:
+    return tuple(
+        str(v) for v in (task_name(c), c.operands, c.base, c.length, c.fixed_width, c.precision, c.depth, c.seed)
+    )
+
+
+def read_rows(path: Path) -> list[dict]:
+    if not path.exists():
+        return []
+    with open(path, newline="") as handle:
+        return list(csv.DictReader(handle))
+
+
+def write_rows(path: Path, rows: list[dict]) -> None:
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=COLUMNS, lineterminator="\n")
+    writer.writeheader()
+    writer.writerows({k: row[k] for k in COLUMNS} for row in rows)
+    atomic_write_text(path, buffer.getvalue())
+
+
+def execute(config: SweepConfig, todo: list[RunConfig], out: Path, on_rows) -> None:
+    if config.launcher == "slurm":
+        try:
+            import submitit
+        except ImportError:
+            raise UserError("launcher: slurm needs submitit; run: pip install submitit") from None
+        executor = submitit.AutoExecutor(folder=str(out / "slurm" / "%j"))
+        executor.update_parameters(**{"name": "numprec-scratch", "cpus_per_task": 1, **config.slurm})
+        jobs = executor.map_array(run_cell, todo, [str(out)] * len(todo))
+        for job in submitit.helpers.as_completed(jobs):
+            on_rows(job.result())
+        return
+    with ProcessPoolExecutor(max_workers=config.workers, mp_context=get_context("spawn")) as pool:
+        pending = {pool.submit(run_cell, c, str(out)) for c in todo}
+        while pending:
+            done, pending = wait(pending, return_when=FIRST_COMPLETED)
+            for future in done:
+                on_rows(future.result())
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = ArgParser(prog="python -m scratch.sweep", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--config", type=Path, required=True)
+    parser.add_argument("--out", type=Path, required=True)
+    args = parser.parse_args(argv)
+    config = load_sweep(args.config)
+    try:
+        args.out.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise UserError(f"cannot write to {args.out}: {err.strerror}; pass a writable --out") from None
+    results = args.out / "results.csv"
+    rows = read_rows(results)
+    done = {row_key(row) for row in rows}
+    todo = [c for c in cells(config) if cell_key(c) not in done]
+    total = len(cells(config))
+    print(
+        f"{total - len(todo)} of {total} cells done; running {len(todo)} with {config.workers} "
+        f"{config.launcher} workers",
+        file=sys.stderr,
+    )
+    (args.out / "sweep_config.yaml").write_text(args.config.read_text())
+    from tqdm import tqdm
+
+    progress = tqdm(total=len(todo), unit="cell", file=sys.stderr, disable=not todo)
+
+    def record(new_rows: list[dict]) -> None:
+        rows.extend(new_rows)
+        write_rows(results, rows)
+        write_plots(args.out, rows)
+        native = new_rows[0]
+        progress.update(1)
+        progress.write(
+            f"{native['task']} b{native['base']} n={native['length']} {native['precision']:>8} "
+            f"d{native['depth']} s{native['seed']}: {native['accuracy']:.3f} "
+            f"({native['tokens_per_s']:.0f} tok/s, {native['wall_s']:.0f} s)"
+        )
+
+    try:
+        execute(config, todo, args.out, record)
+    finally:
+        progress.close()
+    write_plots(args.out, rows)
+    print(f"wrote {results} ({len(rows)} rows), accuracy_vs_length.png, phase_diagram.png, summary.md")
+    return 0
+
+
+def write_plots(out: Path, rows: list[dict]) -> None:
+    from scratch.plots import accuracy_figure, phase_figure, summary_markdown
+
+    atomic_write_bytes(out / "accuracy_vs_length.png", accuracy_figure(rows))
+    atomic_write_bytes(out / "phase_diagram.png", phase_figure(rows))
+    atomic_write_text(out / "summary.md", summary_markdown(rows))
+
+
+if __name__ == "__main__":
+    run(main)

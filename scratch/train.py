@@ -1,0 +1,237 @@
+"""Train one small Transformer from scratch on one arithmetic task at one precision, then evaluate it.
+
+    python -m scratch.train --op add --operands 3 --base 2 --length 4 --precision bf16 --steps 3000 \\
+        --fixed-width --out runs/scratch/one
+
+Paper settings (appendix tab:model_config, tab:training_config): depth 3 or 5, hidden 256, 4 heads, RoPE,
+NewGELU; AdamW lr 1e-3, betas (0.9, 0.999), weight decay 0.01, cosine schedule with warmup; loss on the
+answer tokens; batch 512 for 100k steps; 50k test samples. The defaults below are those, except steps,
+test size and warmup, which a CPU cannot afford at the paper's values.
+
+Accuracy is exact match under greedy decoding. It is computed in one teacher-forced pass: a sequence
+counts when the argmax at every answer position (and at <eos>) is the right token, which is exactly when
+greedy generation would reproduce the answer. Checkpoints (model, optimizer, schedule, data stream) are
+written at every evaluation; rerunning the same command resumes from the last one.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from harness.cli import ArgParser, UserError, name_list
+from harness.cli import run as cli_run
+from scratch.data import Arithmetic, Problems
+from scratch.model import GPT, GPTConfig, identity
+from scratch.numerics import TRAIN_PRECISIONS, FloatFormat, Rounding, autocast, round_weights, training_dtype
+
+
+@dataclass
+class RunConfig:
+    op: str = "add"
+    operands: int = 2
+    base: int = 2
+    length: int = 4
+    fixed_width: bool = False
+    precision: str = "fp32"
+    depth: int = 3
+    n_embd: int = 256
+    n_head: int = 4
+    steps: int = 3000
+    batch_size: int = 512
+    lr: float = 1e-3
+    weight_decay: float = 0.01
+    warmup_steps: int = 100
+    seed: int = 0
+    test_size: int = 2000
+    eval_every: int = 500
+    eval_formats: list[str] = field(default_factory=list)
+    threads: int = 1
+
+    def task(self) -> Arithmetic:
+        return Arithmetic(self.op, self.base, self.length, self.operands, self.fixed_width)
+
+
+def measure_matmul_flops(dtype: torch.dtype, size: int = 512, seconds: float = 0.5) -> float:
+    """The machine's matrix-multiply rate in this dtype and thread count: the MFU denominator."""
+    a, b = torch.randn(size, size, dtype=dtype), torch.randn(size, size, dtype=dtype)
+    a @ b
+    count, started = 0, time.perf_counter()
+    while time.perf_counter() - started < seconds:
+        a @ b
+        count += 1
+    return 2 * size**3 * count / (time.perf_counter() - started)
+
+
+def cosine_with_warmup(step: int, warmup: int, total: int) -> float:
+    if step < warmup:
+        return (step + 1) / warmup
+    progress = (step - warmup) / max(1, total - warmup)
+    return 0.5 * (1 + math.cos(math.pi * min(1.0, progress)))
+
+
+def sequence_loss(model: GPT, tokens: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    logits = model(tokens[:, :-1])
+    targets = tokens[:, 1:].masked_fill(~mask[:, 1:], -100)
+    return F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), targets.reshape(-1), ignore_index=-100)
+
+
+@torch.no_grad()
+def exact_match(model: GPT, tokens: torch.Tensor, mask: torch.Tensor, precision: str, batch: int = 500) -> int:
+    """How many sequences greedy decoding would answer exactly (all answer tokens and <eos> right)."""
+    model.eval()
+    correct = 0
+    for start in range(0, tokens.shape[0], batch):
+        x, m = tokens[start : start + batch], mask[start : start + batch]
+        with autocast(precision):
+            predicted = model(x[:, :-1]).argmax(-1)
+        right = (predicted == x[:, 1:]) | ~m[:, 1:]
+        correct += int(right.all(dim=1).sum())
+    model.train()
+    return correct
+
+
+def evaluate_formats(model: GPT, tokens, mask, formats: list[str]) -> dict[str, int]:
+    """Exact-match count of the trained model when weights and every activation are rounded to each format."""
+    results = {}
+    state = {k: v.clone() for k, v in model.state_dict().items()}
+    dtype = next(model.parameters()).dtype
+    model.float()
+    for name in formats:
+        fmt = FloatFormat.parse(name)
+        round_weights(model, fmt)
+        model.rounding = Rounding(fmt)
+        results[name] = exact_match(model, tokens, mask, "fp32")
+        model.load_state_dict({k: v.float() for k, v in state.items()})
+    model.rounding = identity
+    model.to(dtype).load_state_dict(state)
+    return results
+
+
+def build(config: RunConfig) -> tuple[GPT, torch.optim.Optimizer]:
+    task = config.task()
+    torch.manual_seed(config.seed)
+    model = GPT(GPTConfig(task.vocab_size, task.seq_len, config.depth, config.n_head, config.n_embd))
+    model.to(training_dtype(config.precision))
+    decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
+    no_decay = [p for n, p in model.named_parameters() if p.dim() < 2]
+    groups = [{"params": decay, "weight_decay": config.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+    # Pure bf16: AdamW keeps its state in the parameters' dtype, so moments are bf16 too (the paper's setting).
+    optimizer = torch.optim.AdamW(groups, lr=config.lr, betas=(0.9, 0.999))
+    return model, optimizer
+
+
+def run(config: RunConfig, out: Path | None = None, log=print) -> dict:
+    """Train (or resume) one run; return its summary. ``out`` holds the checkpoint and the log."""
+    if config.precision not in TRAIN_PRECISIONS:
+        raise ValueError(f"unknown precision {config.precision!r}; known: {', '.join(TRAIN_PRECISIONS)}")
+    torch.set_num_threads(config.threads)
+    task = config.task()
+    model, optimizer = build(config)
+    problems = Problems(task, config.seed, config.test_size)
+    test_tokens, test_mask = problems.test_set()
+    step, history, train_seconds, tokens_seen = 0, [], 0.0, 0
+    checkpoint = out / "checkpoint.pt" if out else None
+    if checkpoint and checkpoint.exists():
+        saved = torch.load(checkpoint, weights_only=False)
+        model.load_state_dict(saved["model"])
+        optimizer.load_state_dict(saved["optimizer"])
+        problems.train_rng.set_state(saved["data_rng"])
+        step, history = saved["step"], saved["history"]
+        train_seconds, tokens_seen = saved["train_seconds"], saved["tokens_seen"]
+        log(f"resumed at step {step}")
+    gemm = measure_matmul_flops(torch.bfloat16 if config.precision != "fp32" else torch.float32)
+    flops_per_token = model.flops_per_token(task.seq_len)
+    while step < config.steps:
+        started = time.perf_counter()
+        for group in optimizer.param_groups:
+            group["lr"] = config.lr * cosine_with_warmup(step, config.warmup_steps, config.steps)
+        tokens, mask = problems.train_batch(config.batch_size)
+        with autocast(config.precision):
+            loss = sequence_loss(model, tokens, mask)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+        step += 1
+        train_seconds += time.perf_counter() - started
+        tokens_seen += tokens.numel()
+        if step % config.eval_every == 0 or step == config.steps:
+            accuracy = exact_match(model, test_tokens, test_mask, config.precision) / len(test_tokens)
+            tokens_per_s = tokens_seen / train_seconds
+            history.append({"step": step, "loss": loss.item(), "accuracy": accuracy, "tokens_per_s": tokens_per_s})
+            log(
+                f"step {step:>6}  loss {loss.item():.4f}  test accuracy {accuracy:.4f}  {tokens_per_s:,.0f} tok/s  "
+                f"MFU {tokens_per_s * flops_per_token / gemm:.1%}"
+            )
+            if checkpoint:
+                state = {
+                    "model": model.state_dict(),
+                    "optimizer": optimizer.state_dict(),
+                    "step": step,
+                    "history": history,
+                    "data_rng": problems.train_rng.get_state(),
+                    "config": asdict(config),
+                    "train_seconds": train_seconds,
+                    "tokens_seen": tokens_seen,
+                }
+                torch.save(state, checkpoint.with_suffix(".tmp"))
+                os.replace(checkpoint.with_suffix(".tmp"), checkpoint)
+    correct = exact_match(model, test_tokens, test_mask, config.precision)
+    tokens_per_s = tokens_seen / train_seconds if train_seconds else 0.0
+    summary = {
+        "config": asdict(config),
+        "steps": step,
+        "n_test": len(test_tokens),
+        "correct": correct,
+        "accuracy": correct / len(test_tokens),
+        "disjoint_test": problems.disjoint,
+        "tokens_per_s": tokens_per_s,
+        "mfu": tokens_per_s * flops_per_token / gemm,
+        "gemm_flops": gemm,
+        "train_seconds": train_seconds,
+        "history": history,
+        "formats": evaluate_formats(model, test_tokens, test_mask, config.eval_formats),
+    }
+    if out:
+        (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    return summary
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = ArgParser(prog="python -m scratch.train", description=__doc__.split("\n\n")[0])
+    for name, value in asdict(RunConfig()).items():
+        flag = "--" + name.replace("_", "-")
+        if isinstance(value, bool):
+            parser.add_argument(flag, action="store_true")
+        elif isinstance(value, list):
+            parser.add_argument(flag, type=name_list, default=value)
+        else:
+            parser.add_argument(flag, type=type(value), default=value)
+    parser.add_argument("--out", type=Path, default=None, help="run directory: checkpoint.pt, summary.json")
+    args = vars(parser.parse_args(argv))
+    out = args.pop("out")
+    config = RunConfig(**args)
+    try:
+        config.task()
+        training_dtype(config.precision)
+        for name in config.eval_formats:
+            FloatFormat.parse(name)
+    except ValueError as err:
+        raise UserError(str(err)) from None
+    if out:
+        out.mkdir(parents=True, exist_ok=True)
+    summary = run(config, out)
+    print(json.dumps({k: v for k, v in summary.items() if k not in ("history", "config")}, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    cli_run(main)

@@ -1,0 +1,74 @@
+"""The from-scratch data against Python integers, in base 2 and 10; reversal; masks; disjointness."""
+
+import pytest
+import torch
+
+from scratch.data import Arithmetic, Problems, decode, encode, sample_digits
+
+
+def as_int(digits_lsb_first, base):
+    return sum(int(d) * base**i for i, d in enumerate(digits_lsb_first))
+
+
+@pytest.mark.parametrize(
+    "task",
+    [
+        Arithmetic("add", 2, 11, 3),
+        Arithmetic("add", 10, 4, 3),
+        Arithmetic("add", 2, 64, 2),
+        Arithmetic("add", 10, 32, 2),
+        Arithmetic("mul", 2, 14),
+        Arithmetic("mul", 10, 5),
+        Arithmetic("add", 10, 4, 3, fixed_width=True),
+        Arithmetic("mul", 2, 6, fixed_width=True),
+    ],
+)
+def test_sequences_match_python_integers(task):
+    digits = sample_digits(task, 300, torch.Generator().manual_seed(1))
+    tokens, mask = encode(task, digits)
+    assert tokens.shape == (300, task.seq_len)
+    for row in range(300):
+        text = decode(task, tokens[row])  # numbers shown most significant first
+        left, answer = text.split(" = ")
+        operands = [int(x, task.base) for x in left.replace("*", "+").split(" + ")]
+        expected = sum(operands) if task.op == "add" else operands[0] * operands[1]
+        assert int(answer, task.base) == expected
+        for j, value in enumerate(operands):
+            assert value == as_int(digits[row, j].tolist(), task.base)
+        targets = tokens[row][mask[row]].tolist()
+        assert targets[-1] == task.eos and task.equals not in targets
+        if task.fixed_width:
+            assert len(targets) == task.answer_width + 1
+        else:
+            assert targets[-2] != 0 or len(targets) == 2, "leading zeros of the answer are stripped"
+
+
+def test_digits_are_reversed_least_significant_first():
+    task = Arithmetic("add", 10, 3, 2)
+    digits = torch.tensor([[[3, 2, 1], [5, 0, 0]]])  # 123 and 5, least significant first
+    tokens, mask = encode(task, digits)
+    assert tokens[0].tolist()[:10] == [3, 2, 1, task.plus, 5, task.equals, 8, 2, 1, task.eos]  # 123 + 5 = 128
+    assert decode(task, tokens[0]) == "123 + 5 = 128"
+    assert mask[0].tolist()[:10] == [False] * 6 + [True] * 4
+
+
+def test_training_batches_never_contain_test_problems():
+    task = Arithmetic("add", 10, 3, 2)  # 10^6 problems: room for a disjoint test set
+    problems = Problems(task, seed=0, test_size=5000)
+    assert problems.disjoint
+    test = {decode(task, row) for row in problems.test_set()[0]}
+    for _ in range(20):
+        batch = {decode(task, row) for row in problems.train_batch(512)[0]}
+        assert not batch & test
+
+
+def test_small_spaces_are_not_forced_apart():
+    problems = Problems(Arithmetic("add", 2, 2, 2), seed=0, test_size=500)  # only 16 problems exist
+    assert not problems.disjoint
+
+
+def test_batches_are_seeded():
+    task = Arithmetic("mul", 10, 3)
+    first, again = Problems(task, 5, 10), Problems(task, 5, 10)
+    assert torch.equal(first.train_batch(64)[0], again.train_batch(64)[0])
+    assert not torch.equal(first.train_batch(64)[0], Problems(task, 6, 10).train_batch(64)[0])

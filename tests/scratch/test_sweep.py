@@ -1,0 +1,54 @@
+"""scratch.sweep end to end in worker processes: results, plots, resume, bad configs."""
+
+import csv
+
+import matplotlib.image
+
+from tests.harness.helpers import assert_user_error, run_module
+
+TINY = """
+tasks:
+  - {op: add, operands: 2, base: 2, lengths: [2, 3], fixed_width: true}
+precisions: [fp32, bf16]
+seeds: [0]
+depths: [1]
+train: {n_embd: 32, steps: 20, batch_size: 16, warmup_steps: 2, test_size: 64, eval_every: 10,
+        eval_formats: [e8m7, e4m3]}
+workers: 2
+"""
+
+
+def test_sweep_writes_rows_and_plots_and_resumes(tmp_path):
+    config = tmp_path / "tiny.yaml"
+    config.write_text(TINY)
+    out = tmp_path / "sweep"
+    result = run_module("scratch.sweep", "--config", str(config), "--out", str(out))
+    assert result.returncode == 0, result.stderr[-3000:]
+    with open(out / "results.csv", newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    native = [r for r in rows if r["eval_format"] == ""]
+    assert len(native) == 4 and len(rows) == 12, "2 lengths x 2 precisions, each with 2 emulated formats"
+    assert {r["precision"] for r in native} == {"fp32", "bf16"}
+    for row in rows:
+        assert row["task"] == "add" and row["steps"] == "20" and row["n"] == "64"
+        assert float(row["ci_low"]) <= float(row["accuracy"]) <= float(row["ci_high"])
+        assert float(row["tokens_per_s"]) > 0
+    for name in ("accuracy_vs_length.png", "phase_diagram.png"):
+        assert matplotlib.image.imread(out / name).shape[1] > 300
+    assert "Training throughput" in (out / "summary.md").read_text()
+
+    again = run_module("scratch.sweep", "--config", str(config), "--out", str(out))
+    assert again.returncode == 0 and "4 of 4 cells done" in again.stderr
+
+
+def test_bad_sweep_config(tmp_path):
+    config = tmp_path / "bad.yaml"
+    config.write_text("tasks: [{op: add, base: 2, lengths: [2]}]\nprecisions: [fp8]\n")
+    assert_user_error(run_module("scratch.sweep", "--config", str(config), "--out", str(tmp_path / "o")), "precisions")
+    config.write_text("tasks: [{op: add, base: 2, lengths: [2]}]\ntrain: {eval_formats: [e9m9]}\n")
+    assert_user_error(run_module("scratch.sweep", "--config", str(config), "--out", str(tmp_path / "o")), "e9m9")
+    config.write_text("tasks: [{op: add, base: 2, lengths: [2]}]\ntrain: {learning_rate: 0.1}\n")
+    assert_user_error(
+        run_module("scratch.sweep", "--config", str(config), "--out", str(tmp_path / "o")),
+        "train.learning_rate: unknown setting",
+    )
