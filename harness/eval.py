@@ -20,6 +20,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
+from harness.backends import Sampling
 from harness.cli import ArgParser, UserError, int_list, name_list, run
 from harness.config import RunSpec, build_spec, load_config
 from harness.models import (
@@ -88,8 +89,6 @@ def max_new_tokens(backend, task: Task, base: int, length: int) -> int:
 
 
 def run_cell(backend, variant: Variant, spec: RunSpec, task: Task, length: int, progress) -> tuple[CellResult, list]:
-    from harness.backends.hf import Sampling
-
     problems = generate(task, spec.base, length, spec.samples, spec.seed)
     prompts = [backend.chat_prompt(user_message(problem)) for problem in problems]
     cell_seed = zlib.crc32(f"{spec.seed}|{task.label}|{spec.base}|{length}".encode())

@@ -111,7 +111,8 @@ def _significant_length(digits: torch.Tensor) -> torch.Tensor:
 def encode(task: Arithmetic, digits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Operand digits (B, k, n), least significant first -> (tokens (B, seq_len), loss mask (B, seq_len)).
 
-    The mask marks the target positions: tokens after '=' (answer digits and <eos>)."""
+    The mask marks the target positions: tokens after '=' (answer digits and <eos>). Every token is placed
+    with one scatter: its position is known from the lengths of the numbers before it."""
     batch, k, n = digits.shape
     result = digits_of_result(task, digits)
     if task.fixed_width:
@@ -120,25 +121,25 @@ def encode(task: Arithmetic, digits: torch.Tensor) -> tuple[torch.Tensor, torch.
     else:
         lengths = _significant_length(digits)
         result_length = _significant_length(result)
-    tokens = torch.full((batch, task.seq_len), task.pad, dtype=torch.long)
-    rows = torch.arange(batch)
-    offset = torch.zeros(batch, dtype=torch.long)
+    # Operand j starts after the j earlier operands and their separators.
+    starts = torch.cumsum(lengths + 1, dim=1) - (lengths + 1)  # (B, k)
+    answer_start = starts[:, -1] + lengths[:, -1] + 1
     separator = task.plus if task.op == "add" else task.times
-    for j in range(k):
-        for d in range(n):
-            keep = d < lengths[:, j]
-            tokens[rows[keep], offset[keep] + d] = digits[keep, j, d]
-        offset = offset + lengths[:, j]
-        tokens[rows, offset] = separator if j < k - 1 else task.equals
-        offset = offset + 1
-    answer_start = offset.clone()
-    for d in range(task.answer_width):
-        keep = d < result_length
-        tokens[rows[keep], offset[keep] + d] = result[keep, d]
-    end = offset + result_length
-    tokens[rows, end] = task.eos
-    positions = torch.arange(task.seq_len)
-    mask = (positions >= answer_start[:, None]) & (positions <= end[:, None])
+    symbols = torch.full((batch, k), separator)
+    symbols[:, -1] = task.equals
+    width = task.answer_width
+    digit_pos = (starts[:, :, None] + torch.arange(n)).masked_fill(torch.arange(n) >= lengths[:, :, None], task.seq_len)
+    answer_pos = (answer_start[:, None] + torch.arange(width)).masked_fill(
+        torch.arange(width) >= result_length[:, None], task.seq_len
+    )
+    end = answer_start + result_length
+    positions = torch.cat([digit_pos.flatten(1), starts + lengths, answer_pos, end[:, None]], dim=1)
+    values = torch.cat([digits.flatten(1), symbols, result, torch.full((batch, 1), task.eos)], dim=1)
+    tokens = torch.full((batch, task.seq_len + 1), task.pad, dtype=torch.long)  # last column takes the unused
+    tokens.scatter_(1, positions, values)
+    tokens = tokens[:, : task.seq_len]
+    columns = torch.arange(task.seq_len)
+    mask = (columns >= answer_start[:, None]) & (columns <= end[:, None])
     return tokens, mask
 
 

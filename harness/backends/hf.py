@@ -18,28 +18,11 @@ from dataclasses import dataclass
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache, StoppingCriteria, StoppingCriteriaList
 
+from harness.backends import Sampling
 from harness.cli import UserError
 from harness.models import PrecisionSpec, quiet_transformers
 
 TORCH_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-
-
-@dataclass(frozen=True)
-class Sampling:
-    """Decoding settings. ``paper`` is the paper's generation table (tab:generation_config)."""
-
-    do_sample: bool = False
-    top_k: int = 50
-    top_p: float = 0.95
-    temperature: float = 0.1
-
-    @classmethod
-    def named(cls, name: str) -> Sampling:
-        if name == "greedy":
-            return cls(do_sample=False)
-        if name == "paper":
-            return cls(do_sample=True, top_k=50, top_p=0.95, temperature=0.1)
-        raise UserError(f"unknown decoding '{name}'; known: greedy, paper (top-k 50, top-p 0.95, temperature 0.1)")
 
 
 @dataclass

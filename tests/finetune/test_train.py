@@ -63,8 +63,17 @@ def test_training_lowers_the_loss_and_the_harness_evaluates_the_adapter(tmp_path
 
 
 def test_resume_continues_from_the_last_checkpoint(tmp_path):
+    """Also trains from a dataset saved by the finetune.data command (data.path)."""
+    built = run_module("finetune.data", "--tasks", "add", "--scale", "0.002", "--out", str(tmp_path / "data"))
+    assert built.returncode == 0, built.stderr[-2000:]
+    meta = json.loads((tmp_path / "data" / "meta.json").read_text())
+    assert meta["tasks"]["add"]["rows"] == 6 * 10 + 3 * 20
     config = tmp_path / "tiny.yaml"
-    config.write_text(TINY.format(method="lora"))
+    text = TINY.format(method="lora").replace(
+        "data: {seed: 0, scale: 0.002,", f"data: {{path: {tmp_path / 'data' / 'add'},"
+    )
+    assert "path:" in text
+    config.write_text(text)
     out = tmp_path / "run"
     assert run_module("finetune.train", "--config", str(config), "--out", str(out)).returncode == 0
     again = run_module("finetune.train", "--config", str(config), "--out", str(out))

@@ -2,7 +2,7 @@
 
 import torch
 
-from harness.backends.hf import Sampling
+from harness.backends import Sampling
 from harness.eval import max_new_tokens
 from harness.problems import Task, generate
 from harness.prompts import user_message

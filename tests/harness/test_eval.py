@@ -159,7 +159,7 @@ def test_resume_after_kill_loses_no_finished_cell(tmp_path):
         (["--precision", "int3"], "unknown precision 'int3'"),
         (["--model", "llama-bf16"], "needs a CUDA GPU"),
         (["--model", "llama-int4"], "needs a CUDA GPU"),
-    (["--model", "llama-int4", "--precision", "fp32"], "llama-int4 does not run at fp32"),
+        (["--model", "llama-int4", "--precision", "fp32"], "llama-int4 does not run at fp32"),
         (["--model", "smollm2", "--model-path", "/nonexistent"], "not a model directory"),
         (["--adapter", "/nonexistent"], "not a peft adapter directory"),
         (["--bogus-flag"], "unrecognized arguments"),
@@ -208,3 +208,28 @@ def test_other_settings_need_another_directory(tmp_path):
 )
 def test_problems_cli_bad_input(args, fragment, tmp_path):
     assert_user_error(run_module("harness.problems", *args, cwd=tmp_path), fragment)
+
+
+def test_ctrl_c_keeps_finished_cells_and_exits_130(tmp_path):
+    out = tmp_path / "run"
+    args = ["--precision", "fp32", "--tasks", "add", "--lengths", "1,2,3", "--samples", "8", "--out", str(out)]
+    process = subprocess.Popen(
+        [sys.executable, "-m", "harness.eval", *args],
+        cwd=ROOT,
+        env=command_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    results = out / "results.csv"
+    deadline = time.time() + 600
+    while time.time() < deadline and not (results.exists() and len(read_rows(results)) >= 1):
+        time.sleep(0.2)
+    process.send_signal(signal.SIGINT)
+    _, stderr = process.communicate(timeout=120)
+    assert process.returncode == 130, stderr
+    assert "Traceback" not in stderr
+    assert stderr.strip().splitlines()[-1].startswith("interrupted: finished work is saved")
+    rows = read_rows(results)
+    assert rows and rows[0]["length"] == "1"
+    assert not list(out.glob(".*.tmp"))

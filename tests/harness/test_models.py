@@ -5,7 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.backends.hf import HFBackend, Sampling
+from harness.backends import Sampling
+from harness.backends.hf import HFBackend
 from harness.cli import UserError
 from harness.models import get_model, get_precision, model_registry, precision_registry, resolve_weights
 from harness.problems import Task, generate

@@ -52,3 +52,20 @@ def test_bad_sweep_config(tmp_path):
         run_module("scratch.sweep", "--config", str(config), "--out", str(tmp_path / "o")),
         "train.learning_rate: unknown setting",
     )
+
+
+def test_the_cluster_launcher_runs_cells_as_a_submitit_job_array(tmp_path):
+    """launcher: slurm goes through submitit; without Slurm on the machine, submitit runs the array locally."""
+    config = tmp_path / "cluster.yaml"
+    config.write_text(
+        "tasks: [{op: mul, base: 2, lengths: [2]}]\nprecisions: [fp32, bf16-amp]\nseeds: [0]\ndepths: [1]\n"
+        "train: {n_embd: 32, steps: 10, batch_size: 8, warmup_steps: 2, test_size: 32, eval_every: 5}\n"
+        "launcher: slurm\nslurm: {timeout_min: 10}\n"
+    )
+    out = tmp_path / "sweep"
+    result = run_module("scratch.sweep", "--config", str(config), "--out", str(out))
+    assert result.returncode == 0, result.stderr[-3000:]
+    with open(out / "results.csv", newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    assert sorted(r["precision"] for r in rows) == ["bf16-amp", "fp32"] and {r["task"] for r in rows} == {"mul"}
+    assert (out / "slurm").is_dir()
