@@ -109,22 +109,30 @@ def test_run_directory_holds_every_output(tmp_path):
     assert first == second
 
 
-def test_resume_after_kill_loses_no_finished_cell(tmp_path):
-    out = tmp_path / "run"
-    args = ["--precision", "fp32", "--tasks", "add", "--lengths", "1,2,3", "--samples", "8", "--out", str(out)]
+def start_eval_until_a_cell_is_saved(args: list[str], results, capture: bool) -> subprocess.Popen:
+    """Start harness.eval in the background and return once its first cell is in results.csv."""
+    output = subprocess.PIPE if capture else subprocess.DEVNULL
     process = subprocess.Popen(
         [sys.executable, "-m", "harness.eval", *args],
         cwd=ROOT,
         env=command_env(),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
+        stdout=output,
+        stderr=output,
+        text=True,
     )
-    results = out / "results.csv"
     deadline = time.time() + 600
     while time.time() < deadline and process.poll() is None:
         if results.exists() and len(read_rows(results)) >= 1:
             break
         time.sleep(0.2)
+    return process
+
+
+def test_resume_after_kill_loses_no_finished_cell(tmp_path):
+    out = tmp_path / "run"
+    args = ["--precision", "fp32", "--tasks", "add", "--lengths", "1,2,3", "--samples", "8", "--out", str(out)]
+    process = start_eval_until_a_cell_is_saved(args, out / "results.csv", capture=False)
+    results = out / "results.csv"
     assert process.poll() is None, "the run should still be going when it is killed"
     os.kill(process.pid, signal.SIGKILL)
     process.wait()
@@ -213,18 +221,8 @@ def test_problems_cli_bad_input(args, fragment, tmp_path):
 def test_ctrl_c_keeps_finished_cells_and_exits_130(tmp_path):
     out = tmp_path / "run"
     args = ["--precision", "fp32", "--tasks", "add", "--lengths", "1,2,3", "--samples", "8", "--out", str(out)]
-    process = subprocess.Popen(
-        [sys.executable, "-m", "harness.eval", *args],
-        cwd=ROOT,
-        env=command_env(),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
     results = out / "results.csv"
-    deadline = time.time() + 600
-    while time.time() < deadline and not (results.exists() and len(read_rows(results)) >= 1):
-        time.sleep(0.2)
+    process = start_eval_until_a_cell_is_saved(args, results, capture=True)
     process.send_signal(signal.SIGINT)
     _, stderr = process.communicate(timeout=120)
     assert process.returncode == 130, stderr
