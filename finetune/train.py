@@ -22,17 +22,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Literal
 
-import yaml
-from pydantic import BaseModel, ConfigDict, ValidationError
-
 from harness.cli import ArgParser, UserError, run
+from harness.config import StrictModel, load_yaml_model
 
 
-class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-
-class TinyModel(Strict):
+class TinyModel(StrictModel):
     """A randomly initialised Llama with the model's tokenizer: for tests and smoke runs."""
 
     hidden_size: int = 64
@@ -42,27 +36,27 @@ class TinyModel(Strict):
     num_key_value_heads: int = 2
 
 
-class DataConfig(Strict):
+class DataConfig(StrictModel):
     seed: int = 0
     scale: float = 1.0  # fraction of the paper's 60k samples per task
     path: str | None = None  # a dataset saved by python -m finetune.data (instead of building one)
     max_samples: int | None = None
 
 
-class LoraSettings(Strict):
+class LoraSettings(StrictModel):
     r: int = 8
     alpha: int = 16
     dropout: float = 0.05
     target_modules: str | list[str] = "all-linear"
 
 
-class QuantSettings(Strict):
+class QuantSettings(StrictModel):
     compute_dtype: Literal["float32", "bfloat16", "float16"] = "bfloat16"
     # FSDP shards the 4-bit weights as tensors of this dtype: it must match the FSDP mixed-precision dtype.
     storage_dtype: Literal["uint8", "float32", "bfloat16", "float16"] = "uint8"
 
 
-class TrainSettings(Strict):
+class TrainSettings(StrictModel):
     learning_rate: float = 2e-4
     epochs: float = 1
     batch_size: int = 8
@@ -80,7 +74,7 @@ class TrainSettings(Strict):
     gradient_checkpointing: bool = False
 
 
-class FinetuneConfig(Strict):
+class FinetuneConfig(StrictModel):
     model: str = "smollm2"
     model_path: str | None = None
     tiny: TinyModel | None = None
@@ -96,17 +90,7 @@ class FinetuneConfig(Strict):
 def load_config(path: Path) -> FinetuneConfig:
     if not path.is_file():
         raise UserError(f"no config file at {path}; see finetune/configs/ for examples")
-    try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
-        return FinetuneConfig(**(raw or {}))
-    except yaml.YAMLError as err:
-        raise UserError(f"{path}: not valid YAML ({getattr(err, 'problem', err)})") from None
-    except ValidationError as err:
-        first = err.errors()[0]
-        location = ".".join(str(part) for part in first["loc"])
-        raise UserError(f"{path}: {location}: {first['msg']}") from None
-    except TypeError:
-        raise UserError(f"{path}: expected a mapping of keys (model, task, method, train, ...)") from None
+    return load_yaml_model(path, FinetuneConfig)
 
 
 def is_main_process() -> bool:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Literal
+from typing import Literal, TypeVar
 
 import yaml
 from pydantic import BaseModel, ConfigDict, ValidationError
@@ -14,10 +14,40 @@ from harness.cli import UserError, int_list
 from harness.problems import Task, check_cell, parse_task
 
 
-class EvalConfig(BaseModel):
-    """The keys an eval config may have. Unknown keys are an error, so a typo cannot pass silently."""
+class StrictModel(BaseModel):
+    """A config section: unknown keys are an error, so a typo cannot pass silently."""
 
     model_config = ConfigDict(extra="forbid")
+
+
+M = TypeVar("M", bound=StrictModel)
+
+
+def load_yaml_model(path: Path, model: type[M]) -> M:
+    """Read a YAML file into ``model``; any problem is one UserError line naming the file and the key."""
+    try:
+        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f" line {mark.line + 1}" if mark else ""
+        raise UserError(f"{path}{where}: not valid YAML ({getattr(err, 'problem', err)})") from None
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, dict):
+        keys = ", ".join(list(model.model_fields)[:3])
+        raise UserError(f"{path}: expected a mapping of keys ({keys}, ...), got {type(raw).__name__}")
+    try:
+        return model(**raw)
+    except ValidationError as err:
+        first = err.errors()[0]
+        location = ".".join(str(part) for part in first["loc"]) or "(top level)"
+        top_level_typo = first["type"] == "extra_forbidden" and len(first["loc"]) == 1
+        hint = f" (allowed keys: {', '.join(model.model_fields)})" if top_level_typo else ""
+        raise UserError(f"{path}: {location}: {first['msg']}{hint}") from None
+
+
+class EvalConfig(StrictModel):
+    """The keys an eval config may have."""
 
     models: list[str] = ["smollm2"]
     # Applied to each model that takes them; a model that takes none of them runs at its default precision.
@@ -93,22 +123,7 @@ def find_config(name_or_path: str) -> tuple[str, Path]:
 
 def load_config(name_or_path: str) -> tuple[str, EvalConfig]:
     name, path = find_config(name_or_path)
-    try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except yaml.YAMLError as err:
-        mark = getattr(err, "problem_mark", None)
-        where = f" line {mark.line + 1}" if mark else ""
-        raise UserError(f"{path}{where}: not valid YAML ({getattr(err, 'problem', err)})") from None
-    if not isinstance(raw, dict):
-        raise UserError(f"{path}: expected a mapping of keys (models, grid, samples, ...), got {type(raw).__name__}")
-    try:
-        return name, EvalConfig(**raw)
-    except ValidationError as err:
-        first = err.errors()[0]
-        location = ".".join(str(part) for part in first["loc"]) or "(top level)"
-        allowed = ", ".join(EvalConfig.model_fields)
-        hint = f" (allowed keys: {allowed})" if first["type"] == "extra_forbidden" else ""
-        raise UserError(f"{path}: {location}: {first['msg']}{hint}") from None
+    return name, load_yaml_model(path, EvalConfig)
 
 
 def _lengths(value: list[int] | str | int) -> list[int]:

@@ -26,10 +26,8 @@ from multiprocessing import get_context
 from pathlib import Path
 from typing import Literal
 
-import yaml
-from pydantic import BaseModel, ConfigDict, ValidationError
-
 from harness.cli import ArgParser, UserError, run
+from harness.config import StrictModel, load_yaml_model
 from harness.results import atomic_write_bytes, atomic_write_text
 from harness.scoring import wilson_interval
 from scratch.numerics import FloatFormat
@@ -57,11 +55,7 @@ COLUMNS = [
 ]
 
 
-class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-
-class TaskGrid(Strict):
+class TaskGrid(StrictModel):
     op: Literal["add", "mul"]
     base: int
     lengths: list[int]
@@ -69,7 +63,7 @@ class TaskGrid(Strict):
     fixed_width: bool = False
 
 
-class SweepConfig(Strict):
+class SweepConfig(StrictModel):
     tasks: list[TaskGrid]
     precisions: list[Literal["fp32", "bf16", "bf16-amp"]] = ["fp32", "bf16"]
     depths: list[int] = [3]
@@ -86,15 +80,7 @@ PER_CELL = {"op", "operands", "base", "length", "fixed_width", "precision", "dep
 def load_sweep(path: Path) -> SweepConfig:
     if not path.is_file():
         raise UserError(f"no sweep config at {path}; see scratch/configs/cpu.yaml")
-    try:
-        config = SweepConfig(**(yaml.safe_load(path.read_text()) or {}))
-    except yaml.YAMLError as err:
-        raise UserError(f"{path}: not valid YAML ({getattr(err, 'problem', err)})") from None
-    except ValidationError as err:
-        first = err.errors()[0]
-        raise UserError(f"{path}: {'.'.join(str(p) for p in first['loc'])}: {first['msg']}") from None
-    except TypeError:
-        raise UserError(f"{path}: expected a mapping with tasks, precisions, seeds, ...") from None
+    config = load_yaml_model(path, SweepConfig)
     allowed = set(RunConfig.__dataclass_fields__) - PER_CELL
     unknown = set(config.train) - allowed
     if unknown:
@@ -241,8 +227,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     results = args.out / "results.csv"
     rows = read_rows(results)
     done = {row_key(row) for row in rows}
-    todo = [c for c in cells(config) if cell_key(c) not in done]
-    total = len(cells(config))
+    grid = cells(config)
+    todo = [c for c in grid if cell_key(c) not in done]
+    total = len(grid)
     print(
         f"{total - len(todo)} of {total} cells done; running {len(todo)} with {config.workers} "
         f"{config.launcher} workers",

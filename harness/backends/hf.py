@@ -45,13 +45,13 @@ class FirstLineStop(StoppingCriteria):
 
     def __call__(self, input_ids: torch.LongTensor, scores, **kwargs) -> torch.BoolTensor:
         generated = input_ids[:, self.start :]
-        texts = self.tokenizer.batch_decode(generated, skip_special_tokens=True)
-        done = []
-        for row, text in enumerate(texts):
-            finished = row in self.stopped_at or text.lstrip().find("\n") > 0
-            if finished:
-                self.stopped_at.setdefault(row, generated.shape[1])
-            done.append(finished)
+        running = [row for row in range(generated.shape[0]) if row not in self.stopped_at]
+        # Decode only the rows still generating: finished ones are padding from here on.
+        texts = self.tokenizer.batch_decode(generated[running], skip_special_tokens=True)
+        for row, text in zip(running, texts, strict=True):
+            if text.lstrip().find("\n") > 0:
+                self.stopped_at[row] = generated.shape[1]
+        done = [row in self.stopped_at for row in range(generated.shape[0])]
         return torch.tensor(done, dtype=torch.bool, device=input_ids.device)
 
 
