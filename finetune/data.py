@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from harness.cli import ArgParser, UserError, name_list, run
-from harness.problems import Problem, Task, generate, parse_task
+from harness.problems import Problem, Task, heldout_problems, parse_task
 from harness.prompts import user_message
 
 LENGTHS = range(1, 10)
@@ -32,36 +32,6 @@ def sample_counts(scale: float = 1.0) -> dict[int, int]:
     if scale <= 0:
         raise UserError(f"scale must be positive, got {scale}")
     return {length: max(1, round(count * scale)) for length, count in PAPER_COUNTS.items()}
-
-
-def problem_key(problem: Problem) -> tuple[str, ...]:
-    return tuple(problem.operands)
-
-
-def space_size(task: Task, base: int, length: int) -> int:
-    return (base**length) ** task.operands
-
-
-def finetune_problems(task: Task, base: int, length: int, count: int, seed: int, eval_count: int):
-    """``count`` problems of the cell's fine-tuning stream, none among its first ``eval_count`` eval problems.
-
-    Returns (problems, disjoint). disjoint is False when the evaluation problems cover the whole space.
-    """
-    excluded = {problem_key(p) for p in generate(task, base, length, eval_count, seed)}
-    if len(excluded) >= space_size(task, base, length):
-        return generate(task, base, length, count, seed, stream="finetune"), False
-    kept: list[Problem] = []
-    drawn = 0
-    while len(kept) < count:
-        # Draw in growing chunks; each chunk continues the same stream, so the result does not depend on chunking.
-        want = drawn + max(1024, 2 * (count - len(kept)))
-        for problem in generate(task, base, length, want, seed, start=drawn, stream="finetune"):
-            if problem_key(problem) not in excluded:
-                kept.append(problem)
-                if len(kept) == count:
-                    break
-        drawn = want
-    return kept, True
 
 
 def to_example(problem: Problem, task: Task) -> dict:
@@ -82,7 +52,7 @@ def build(task: Task, seed: int = 0, scale: float = 1.0, base: int = 10, eval_co
 
     examples, overlapping = [], []
     for length, count in sample_counts(scale).items():
-        problems, disjoint = finetune_problems(task, base, length, count, seed, eval_count)
+        problems, disjoint = heldout_problems(task, base, length, count, seed, eval_count, stream="finetune")
         if not disjoint:
             overlapping.append(length)
         examples.extend(to_example(p, task) for p in problems)

@@ -58,7 +58,8 @@ class EvalConfig(StrictModel):
     decoding: Literal["greedy", "paper"] = "greedy"
     seed: int = 0
     batch_size: int = 16
-    backend: Literal["hf"] = "hf"
+    backend: Literal["hf", "llamacpp", "vllm"] | None = None  # None: what each precision needs, else hf
+    tensor_parallel_size: int = 1  # vllm only
 
 
 @dataclass
@@ -74,11 +75,12 @@ class RunSpec:
     decoding: str
     seed: int
     batch_size: int
-    backend: str
+    backend: str | None
     config_precisions: list[str] | None = None
     model_path: str | None = None
     adapter: str | None = None
     out: Path | None = None
+    tensor_parallel_size: int = 1
     extra: dict = field(default_factory=dict)
 
     @property
@@ -87,7 +89,10 @@ class RunSpec:
         return {"samples": self.samples, "seed": self.seed, "decoding": self.decoding}
 
     def default_out(self) -> Path:
-        return Path("reports") / f"{self.config_name}-{self.decoding}-n{self.samples}-seed{self.seed}"
+        name = f"{self.config_name}-{self.decoding}-n{self.samples}-seed{self.seed}"
+        if self.model_path:  # other weights under the same model name: never resume into the registry's cells
+            name += "-" + Path(self.model_path).name
+        return Path("reports") / name
 
     def describe(self) -> dict:
         return {
@@ -102,6 +107,7 @@ class RunSpec:
             "seed": self.seed,
             "batch_size": self.batch_size,
             "backend": self.backend,
+            "tensor_parallel_size": self.tensor_parallel_size,
             "model_path": self.model_path,
             "adapter": self.adapter,
         }
@@ -150,6 +156,8 @@ def build_spec(
     model_path=None,
     adapter=None,
     out=None,
+    backend=None,
+    tensor_parallel_size=None,
 ) -> RunSpec:
     """Config values, overridden by whatever flags were given, checked as a whole."""
     grid_config = {label: _lengths(value) for label, value in config.grid.items()}
@@ -176,10 +184,11 @@ def build_spec(
         decoding=decoding or config.decoding,
         seed=seed if seed is not None else config.seed,
         batch_size=batch_size or config.batch_size,
-        backend=config.backend,
+        backend=backend or config.backend,
         model_path=model_path,
         adapter=adapter,
         out=out,
+        tensor_parallel_size=tensor_parallel_size or config.tensor_parallel_size,
     )
     for _, task_lengths in spec.grid:
         for length in task_lengths:
@@ -190,6 +199,8 @@ def build_spec(
         raise UserError(f"batch size must be at least 1, got {spec.batch_size}")
     if spec.decoding not in ("greedy", "paper"):
         raise UserError(f"unknown decoding '{spec.decoding}'; known: greedy, paper")
+    if spec.tensor_parallel_size < 1:
+        raise UserError(f"tensor parallel size must be at least 1, got {spec.tensor_parallel_size}")
     if model_path and len(spec.models) > 1:
         raise UserError("--model-path replaces one model's weights; give a single --model with it")
     return spec

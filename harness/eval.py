@@ -20,7 +20,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from harness.backends import Sampling
+from harness.backends import BACKENDS, Sampling, backend_for
 from harness.cli import ArgParser, UserError, int_list, name_list, run
 from harness.config import RunSpec, build_spec, load_config
 from harness.models import (
@@ -30,8 +30,9 @@ from harness.models import (
     check_weights,
     get_model,
     get_precision,
-    resolve_weights,
+    variant_weights,
 )
+from harness.parallel import Processes
 from harness.problems import DIGITS, Task, generate
 from harness.prompts import user_message
 from harness.report import write_reports
@@ -46,6 +47,7 @@ class Variant:
     model: ModelSpec
     precision: PrecisionSpec
     adapter: str | None
+    backend: str = "hf"
 
     @property
     def label(self) -> str:
@@ -67,8 +69,9 @@ def plan_variants(spec: RunSpec) -> list[Variant]:
         model = get_model(name)
         for precision_name in precisions_for(model, spec):
             precision = get_precision(model, precision_name)
-            check_hardware(model, precision)
-            check_weights(model, spec.model_path)
+            backend = backend_for(spec.backend, precision)
+            check_hardware(model, precision, backend)
+            check_weights(model, spec.model_path, precision)
             if model.needs_adapter and not spec.adapter:
                 raise UserError(
                     f"{model.name} evaluates a fine-tuned adapter; pass --adapter PATH "
@@ -76,7 +79,7 @@ def plan_variants(spec: RunSpec) -> list[Variant]:
                 )
             if spec.adapter and not Path(spec.adapter, "adapter_config.json").is_file():
                 raise UserError(f"--adapter {spec.adapter} is not a peft adapter directory (no adapter_config.json)")
-            variants.append(Variant(model, precision, spec.adapter))
+            variants.append(Variant(model, precision, spec.adapter, backend))
     return variants
 
 
@@ -88,19 +91,26 @@ def max_new_tokens(backend, task: Task, base: int, length: int) -> int:
     return backend.count_tokens(f"{expression} = {answer}") + 12
 
 
-def run_cell(backend, variant: Variant, spec: RunSpec, task: Task, length: int, progress) -> tuple[CellResult, list]:
+def run_cell(
+    backend, variant: Variant, spec: RunSpec, task: Task, length: int, progress, processes: Processes
+) -> tuple[CellResult, list] | None:
+    """Generate, score and summarise one cell. Under data parallelism only the main process gets the cell."""
     problems = generate(task, spec.base, length, spec.samples, spec.seed)
     prompts = [backend.chat_prompt(user_message(problem)) for problem in problems]
     cell_seed = zlib.crc32(f"{spec.seed}|{task.label}|{spec.base}|{length}".encode())
     started = time.perf_counter()
-    generations = backend.generate(
+    mine = backend.generate(
         prompts,
         max_new_tokens(backend, task, spec.base, length),
         Sampling.named(spec.decoding),
         seed=cell_seed,
         on_batch=progress.update,
+        shard=processes.shard,
     )
+    generations = processes.gather(mine)
     wall = time.perf_counter() - started
+    if generations is None:
+        return None
     key = {
         "model": variant.model.name,
         "precision": variant.precision.name,
@@ -163,10 +173,13 @@ def run_cell(backend, variant: Variant, spec: RunSpec, task: Task, length: int, 
     return row, samples
 
 
-def evaluate(spec: RunSpec, command: str) -> RunDir:
+def evaluate(spec: RunSpec, command: str) -> RunDir | None:
+    """Run every unfinished cell; returns the run directory (None on the helper processes of a parallel run)."""
     variants = plan_variants(spec)
+    processes = Processes()
     out = spec.out or spec.default_out()
-    run_dir = RunDir(out, spec.identity, command, spec.describe())
+    run_dir = RunDir(out, spec.identity, command, spec.describe()) if processes.is_main else None
+    done = processes.share(run_dir.done if run_dir else None)
     todo = [
         (variant, task, length)
         for variant in variants
@@ -182,14 +195,18 @@ def evaluate(spec: RunSpec, command: str) -> RunDir:
             spec.base,
             length,
         )
-        not in run_dir.done
+        not in done
     ]
     total_cells = len(variants) * sum(len(lengths) for _, lengths in spec.grid)
-    if len(todo) < total_cells:
+    if len(todo) < total_cells and processes.is_main:
         print(f"resuming in {out}: {total_cells - len(todo)} of {total_cells} cells already done", file=sys.stderr)
-    commands = run_dir.commands()
+    commands = run_dir.commands() if run_dir else []
     progress = tqdm(
-        total=len(todo) * spec.samples, unit="problem", dynamic_ncols=True, file=sys.stderr, disable=not todo
+        total=len(todo) * spec.samples // processes.shard.world,
+        unit="problem",
+        dynamic_ncols=True,
+        file=sys.stderr,
+        disable=not todo or not processes.is_main,
     )
     backend, loaded_for = None, None
     try:
@@ -199,11 +216,21 @@ def evaluate(spec: RunSpec, command: str) -> RunDir:
                 progress.set_description(f"loading {variant.label}")
                 from harness.backends import load_backend
 
-                weights = resolve_weights(variant.model, spec.model_path)
-                backend = load_backend(spec.backend, weights, variant.precision, variant.adapter, spec.batch_size)
+                weights = variant_weights(variant.model, variant.precision, spec.model_path)
+                backend = load_backend(
+                    variant.backend,
+                    weights,
+                    variant.precision,
+                    variant.adapter,
+                    spec.batch_size,
+                    tensor_parallel_size=spec.tensor_parallel_size,
+                )
                 loaded_for = variant
             progress.set_description(f"{variant.label} {task.label} n={length}")
-            row, samples = run_cell(backend, variant, spec, task, length, progress)
+            cell = run_cell(backend, variant, spec, task, length, progress, processes)
+            if cell is None or run_dir is None:
+                continue
+            row, samples = cell
             run_dir.add_cell(row, samples)
             write_reports(run_dir.path, run_dir.rows, commands)
             progress.write(
@@ -213,7 +240,8 @@ def evaluate(spec: RunSpec, command: str) -> RunDir:
             )
     finally:
         progress.close()
-    write_reports(run_dir.path, run_dir.rows, commands)
+    if run_dir is not None:
+        write_reports(run_dir.path, run_dir.rows, commands)
     return run_dir
 
 
@@ -236,6 +264,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--batch-size", type=int)
     parser.add_argument("--model-path", help="load the (single) model's weights from this directory instead")
     parser.add_argument("--adapter", help="a peft LoRA/QLoRA adapter directory to apply to the model")
+    parser.add_argument(
+        "--backend",
+        choices=BACKENDS,
+        help="hf (transformers), llamacpp (GGUF) or vllm (CUDA); default: what each precision needs, else hf",
+    )
+    parser.add_argument("--tensor-parallel-size", type=int, help="GPUs per model for --backend vllm (default 1)")
     args = parser.parse_args(argv)
     config_name, config = load_config(args.config)
     spec = build_spec(
@@ -253,10 +287,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         model_path=args.model_path,
         adapter=args.adapter,
         out=args.out,
+        backend=args.backend,
+        tensor_parallel_size=args.tensor_parallel_size,
     )
     command = "python -m harness.eval " + shlex.join(sys.argv[1:] if argv is None else list(argv))
     started = time.perf_counter()
     run_dir = evaluate(spec, command.strip())
+    if run_dir is None:  # a helper process of a data-parallel run: the main process reports
+        return 0
     print((run_dir.path / "summary.md").read_text(encoding="utf-8").split("## Models")[0].rstrip())
     print(
         f"\nwrote {run_dir.path}/ (results.csv, samples.jsonl, summary.md, accuracy_vs_length.png) "

@@ -11,7 +11,7 @@ import importlib.util
 import os
 import shutil
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cache
 from importlib import resources
 from pathlib import Path
@@ -30,6 +30,12 @@ class PrecisionSpec:
     weight_bits: int
     requires: str = "cpu"
     group_size: int | None = None
+    backend: str | None = None  # the one engine that can run it (llama.cpp for GGUF); None: any
+
+    @property
+    def prequantized(self) -> bool:
+        """Weights that come quantized in a checkpoint of their own (GPTQ/AWQ), not made at load time."""
+        return self.method in ("gptq", "awq")
 
 
 @dataclass(frozen=True)
@@ -41,6 +47,7 @@ class ModelSpec:
     precisions: list[str] = field(default_factory=list)
     requires: str = "cpu"
     needs_adapter: bool = False
+    w4_group_size: int | None = None  # GPTQ/AWQ group size when the registry's 128 does not divide the widths
 
 
 def _load_yaml(name: str) -> dict:
@@ -70,7 +77,10 @@ def get_precision(model: ModelSpec, name: str) -> PrecisionSpec:
         raise UserError(f"unknown precision '{name}'; known: {', '.join(precisions)}")
     if name not in model.precisions:
         raise UserError(f"model {model.name} does not run at {name}; it takes: {', '.join(model.precisions)}")
-    return precisions[name]
+    precision = precisions[name]
+    if precision.prequantized and model.w4_group_size:
+        precision = replace(precision, group_size=model.w4_group_size)
+    return precision
 
 
 def has_cuda() -> bool:
@@ -79,13 +89,15 @@ def has_cuda() -> bool:
     return torch.cuda.is_available()
 
 
-def check_hardware(model: ModelSpec, precision: PrecisionSpec) -> None:
+def check_hardware(model: ModelSpec, precision: PrecisionSpec, backend: str = "hf") -> None:
     needs_gpu = "gpu" in (model.requires, precision.requires)
     if needs_gpu and not has_cuda():
         raise UserError(
             f"{model.name} at {precision.name} needs a CUDA GPU and this machine has none; "
             "run it on a GPU node, or use --model smollm2 here"
         )
+    if backend == "vllm" and not has_cuda():
+        raise UserError("--backend vllm needs a CUDA GPU and this machine has none; use --backend hf (the default)")
 
 
 def quiet_transformers() -> None:
@@ -100,8 +112,12 @@ def cache_root() -> Path:
     return Path(os.environ.get("NUMPREC_CACHE", Path.home() / ".cache" / "numprec"))
 
 
-def check_weights(model: ModelSpec, model_path: str | None = None) -> None:
+def check_weights(model: ModelSpec, model_path: str | None = None, precision: PrecisionSpec | None = None) -> None:
     """Fail now, not after an hour of other cells, if this model's weights cannot be had here."""
+    if precision is not None and (precision.method == "gguf" or precision.prequantized):
+        variant_weights(model, precision, model_path, prepare=False)
+        return
+    check_unquantized(model_path)
     if model_path:
         if not (Path(model_path) / "config.json").is_file():
             raise UserError(f"--model-path {model_path} is not a model directory (no config.json there)")
@@ -126,6 +142,93 @@ def resolve_weights(model: ModelSpec, model_path: str | None = None) -> str:
     if kind == "hub":
         return _hub_snapshot(model)
     raise UserError(f"models.yaml: {model.name} has unknown source kind '{kind}' (gguf-package, hub, local)")
+
+
+def variant_weights(
+    model: ModelSpec, precision: PrecisionSpec, model_path: str | None = None, prepare: bool = True
+) -> str:
+    """What a backend loads for this model at this precision: a checkpoint directory, or a .gguf file.
+
+    GGUF variants of a gguf-package model are the shipped file and files requantized from it (cached);
+    GPTQ/AWQ variants are checkpoints made by ``harness.quantize`` (cached) or given with --model-path.
+    With ``prepare=False`` nothing is built, only checked.
+    """
+    if precision.method == "gguf":
+        if model_path:
+            if not (model_path.endswith(".gguf") and Path(model_path).is_file()):
+                raise UserError(f"--model-path for {precision.name} must be a .gguf file, got {model_path}")
+            return model_path
+        if model.source.get("kind") != "gguf-package":
+            raise UserError(f"{model.name} has no GGUF file; pass --model-path FILE.gguf")
+        gguf_file(model.source["package"], model.source["file"])
+        if not prepare:
+            return ""
+        from harness.gguf import gguf_variant
+
+        return str(gguf_variant(model, precision))
+    if precision.prequantized:
+        path = Path(model_path) if model_path else quantized_dir(model, precision)
+        if not (path / "config.json").is_file():
+            if model_path:
+                raise UserError(f"--model-path {model_path} is not a model directory (no config.json there)")
+            if model.source.get("kind") == "hub":
+                return _hub_snapshot(model)
+            raise UserError(
+                f"no {precision.name} checkpoint of {model.name} at {path}; make it with: python -m harness.quantize "
+                f"--model {model.name} --method {precision.method} --bits {precision.weight_bits} "
+                f"--group-size {precision.group_size}"
+            )
+        check_quantized_checkpoint(path, precision)
+        return str(path)
+    check_unquantized(model_path)
+    return resolve_weights(model, model_path) if prepare else ""
+
+
+def quantized_dir(model: ModelSpec, precision: PrecisionSpec) -> Path:
+    """Where ``harness.quantize`` puts (and ``harness.eval`` finds) a model's GPTQ/AWQ checkpoint by default."""
+    return (
+        cache_root() / "quantized" / f"{model.name}-{precision.method}-w{precision.weight_bits}-g{precision.group_size}"
+    )
+
+
+def _quantization_config(path: Path) -> dict | None:
+    import json
+
+    return json.loads((path / "config.json").read_text(encoding="utf-8")).get("quantization_config")
+
+
+def check_quantized_checkpoint(path: Path, precision: PrecisionSpec) -> None:
+    """A GPTQ/AWQ precision must load a checkpoint that really is 4-bit: no fp32 directory under a w4 label."""
+    config = _quantization_config(path)
+    if not config:
+        raise UserError(
+            f"{path} holds an unquantized checkpoint, not {precision.name}; pass the directory "
+            f"python -m harness.quantize --method {precision.method} wrote"
+        )
+    recorded = quantization_summary(config)
+    if recorded.get("bits") not in (None, precision.weight_bits):
+        raise UserError(f"{path} is a {recorded['bits']}-bit checkpoint, not {precision.name}")
+
+
+def quantization_summary(config: dict) -> dict:
+    """Bits, group size and method of a checkpoint's quantization_config (AutoAWQ/GPTQ or compressed-tensors)."""
+    if config.get("quant_method") == "compressed-tensors":
+        groups = config.get("config_groups") or {}
+        weights = next(iter(groups.values()), {}).get("weights") or {}
+        return {
+            "bits": weights.get("num_bits"),
+            "group_size": weights.get("group_size"),
+            "format": config.get("format"),
+        }
+    return {"bits": config.get("bits"), "group_size": config.get("group_size"), "format": config.get("quant_method")}
+
+
+def check_unquantized(model_path: str | None) -> None:
+    """A cast precision on a quantized checkpoint would label 4-bit weights fp32/bf16."""
+    if model_path and Path(model_path, "config.json").is_file() and _quantization_config(Path(model_path)):
+        raise UserError(
+            f"--model-path {model_path} is a quantized checkpoint; evaluate it with --precision gptq-w4 or awq-w4"
+        )
 
 
 def _hub_snapshot(model: ModelSpec) -> str:

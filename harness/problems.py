@@ -216,3 +216,28 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 if __name__ == "__main__":
     run(main)
+
+
+def heldout_problems(
+    task: Task, base: int, length: int, count: int, seed: int, eval_count: int, stream: str
+) -> tuple[list[Problem], bool]:
+    """``count`` problems of the cell's ``stream`` (fine-tuning, calibration), none among its first
+    ``eval_count`` evaluation problems: data a model learns or is calibrated on is never a test problem.
+
+    Returns (problems, disjoint). disjoint is False when the evaluation problems cover the whole space.
+    """
+    excluded = {tuple(p.operands) for p in generate(task, base, length, eval_count, seed)}
+    if len(excluded) >= (base**length) ** task.operands:
+        return generate(task, base, length, count, seed, stream=stream), False
+    kept: list[Problem] = []
+    drawn = 0
+    while len(kept) < count:
+        # Draw in growing chunks; each chunk continues the same stream, so the result does not depend on chunking.
+        want = drawn + max(1024, 2 * (count - len(kept)))
+        for problem in generate(task, base, length, want, seed, start=drawn, stream=stream):
+            if tuple(problem.operands) not in excluded:
+                kept.append(problem)
+                if len(kept) == count:
+                    break
+        drawn = want
+    return kept, True

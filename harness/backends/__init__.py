@@ -1,6 +1,11 @@
 """Backends turn chat prompts into generations; everything else (problems, prompts, stopping, scoring,
 results) lives above them. Each backend offers chat_prompt(), count_tokens(), generate() and
-footprint_mb."""
+footprint_mb, and applies the same stop rule (``first_line_done``) to the same chat-templated prompts.
+
+    hf        transformers: fp32/bf16/fp16 casts, bitsandbytes int8/nf4, GPTQ/AWQ checkpoints, adapters
+    llamacpp  llama.cpp through llama-cpp-python: the GGUF variants
+    vllm      vLLM on a CUDA GPU: casts, AWQ/GPTQ checkpoints, bitsandbytes nf4, adapters
+"""
 
 from __future__ import annotations
 
@@ -9,7 +14,7 @@ from dataclasses import dataclass
 from harness.cli import UserError
 from harness.models import PrecisionSpec
 
-BACKENDS = ("hf",)
+BACKENDS = ("hf", "llamacpp", "vllm")
 
 
 @dataclass(frozen=True)
@@ -30,9 +35,75 @@ class Sampling:
         raise UserError(f"unknown decoding '{name}'; known: greedy, paper (top-k 50, top-p 0.95, temperature 0.1)")
 
 
-def load_backend(name: str, weights: str, precision: PrecisionSpec, adapter: str | None, batch_size: int):
+@dataclass
+class Generation:
+    text: str  # everything generated up to the stop, special tokens removed
+    tokens: int  # generated tokens up to and including the stop
+
+
+@dataclass(frozen=True)
+class Shard:
+    """Which batches of a cell this process generates: batch b belongs to rank b % world.
+
+    Batch boundaries and per-batch seeds are those of a single process, so the union over ranks is the
+    single-process result, sampled decoding included.
+    """
+
+    rank: int = 0
+    world: int = 1
+
+    def owns(self, batch_index: int) -> bool:
+        return batch_index % self.world == self.rank
+
+
+SINGLE_PROCESS = Shard()
+
+
+def first_line_done(text: str) -> bool:
+    """The stop rule: the first non-blank line is finished (the paper's prompt asks for a one-line answer)."""
+    return text.lstrip().find("\n") > 0
+
+
+def stop_length(tokenizer, token_ids: list[int]) -> int:
+    """How many of ``token_ids`` a backend keeps: up to the token that finishes the first non-blank line."""
+    for used in range(1, len(token_ids) + 1):
+        if first_line_done(tokenizer.decode(token_ids[:used], skip_special_tokens=True)):
+            return used
+    return len(token_ids)
+
+
+def backend_for(requested: str | None, precision: PrecisionSpec) -> str:
+    """The backend a variant runs on: the one asked for, else the one its precision needs, else hf."""
+    if requested is not None and requested not in BACKENDS:
+        raise UserError(f"unknown backend '{requested}'; known: {', '.join(BACKENDS)}")
+    needed = precision.backend
+    if requested and needed and requested != needed:
+        raise UserError(f"precision {precision.name} runs on the {needed} backend, not {requested}; drop --backend")
+    if requested == "llamacpp" and needed != "llamacpp":
+        raise UserError(f"the llamacpp backend runs the gguf-* precisions, not {precision.name}")
+    return requested or needed or "hf"
+
+
+def load_backend(
+    name: str,
+    weights: str,
+    precision: PrecisionSpec,
+    adapter: str | None,
+    batch_size: int,
+    tensor_parallel_size: int = 1,
+):
     if name == "hf":
         from harness.backends.hf import HFBackend
 
         return HFBackend(weights, precision, adapter=adapter, batch_size=batch_size)
+    if name == "llamacpp":
+        if adapter:
+            raise UserError("--adapter is not supported with GGUF precisions; evaluate adapters with --backend hf")
+        from harness.backends.llamacpp import LlamaCppBackend
+
+        return LlamaCppBackend(weights, precision, batch_size=batch_size)
+    if name == "vllm":
+        from harness.backends.vllm import VLLMBackend
+
+        return VLLMBackend(weights, precision, adapter=adapter, tensor_parallel_size=tensor_parallel_size)
     raise UserError(f"unknown backend '{name}'; known: {', '.join(BACKENDS)}")

@@ -13,22 +13,15 @@ from __future__ import annotations
 import copy
 import os
 from collections import OrderedDict
-from dataclasses import dataclass
 
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache, StoppingCriteria, StoppingCriteriaList
 
-from harness.backends import Sampling
+from harness.backends import SINGLE_PROCESS, Generation, Sampling, Shard, first_line_done
 from harness.cli import UserError
 from harness.models import PrecisionSpec, quiet_transformers
 
 TORCH_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-
-
-@dataclass
-class Generation:
-    text: str  # everything generated, special tokens removed
-    tokens: int  # generated tokens up to and including the stop
 
 
 class FirstLineStop(StoppingCriteria):
@@ -49,7 +42,7 @@ class FirstLineStop(StoppingCriteria):
         # Decode only the rows still generating: finished ones are padding from here on.
         texts = self.tokenizer.batch_decode(generated[running], skip_special_tokens=True)
         for row, text in zip(running, texts, strict=True):
-            if text.lstrip().find("\n") > 0:
+            if first_line_done(text):
                 self.stopped_at[row] = generated.shape[1]
         done = [row in self.stopped_at for row in range(generated.shape[0])]
         return torch.tensor(done, dtype=torch.bool, device=input_ids.device)
@@ -96,20 +89,29 @@ class HFBackend:
         return len(self.tokenizer(text, add_special_tokens=False)["input_ids"])
 
     def generate(
-        self, prompts: list[str], max_new_tokens: int, sampling: Sampling, seed: int = 0, on_batch=None
-    ) -> list[Generation]:
-        """Generate for every prompt; results depend on neither batch size nor order under greedy decoding."""
+        self,
+        prompts: list[str],
+        max_new_tokens: int,
+        sampling: Sampling,
+        seed: int = 0,
+        on_batch=None,
+        shard: Shard = SINGLE_PROCESS,
+    ) -> list[Generation | None]:
+        """Generate for the prompts of this shard's batches (None for the others); under greedy decoding the
+        results depend on neither batch size nor order."""
         ids = [self.tokenizer(p, add_special_tokens=False)["input_ids"] for p in prompts]
         prefix = _common_prefix(ids)
         # Keep at least one token per prompt to feed: generate() needs new input beyond the cache.
         prefix = prefix[: min(len(prefix), min(len(x) for x in ids) - 1)]
         cache = self._prefix_cache(prefix)
-        out: list[Generation] = []
+        out: list[Generation | None] = [None] * len(ids)
         for start in range(0, len(ids), self.batch_size):
+            if not shard.owns(start // self.batch_size):
+                continue
             batch = ids[start : start + self.batch_size]
             if sampling.do_sample:
                 torch.manual_seed(seed * 1_000_003 + start)
-            out.extend(self._generate_batch(prefix, cache, batch, max_new_tokens, sampling))
+            out[start : start + len(batch)] = self._generate_batch(prefix, cache, batch, max_new_tokens, sampling)
             if on_batch:
                 on_batch(len(batch))
         return out
@@ -178,14 +180,15 @@ def _load_kwargs(precision: PrecisionSpec, device: str) -> dict:
             raise UserError(
                 f"precision {precision.name} needs bitsandbytes; run: pip install 'bitsandbytes>=0.47'"
             ) from None
-        quant = BitsAndBytesConfig(
-            load_in_4bit=True,
-            bnb_4bit_quant_type="nf4",
-            bnb_4bit_compute_dtype=TORCH_DTYPES[precision.activation_dtype],
-        )
+        dtype = TORCH_DTYPES[precision.activation_dtype]
+        if precision.weight_dtype == "int8":
+            # LLM.int8's matmul casts its inputs to fp16 anyway; loading in fp16 makes that the recorded truth.
+            return {"quantization_config": BitsAndBytesConfig(load_in_8bit=True), "dtype": dtype, "device_map": device}
+        quant = BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_compute_dtype=dtype)
         return {"quantization_config": quant, "device_map": device}
-    if precision.method == "awq":
-        # A pre-quantized checkpoint carries its quantization_config; transformers 5 reads AWQ through gptqmodel.
+    if precision.prequantized:
+        # The checkpoint carries its quantization_config: compressed-tensors (llm-compressor's GPTQ/AWQ) or an
+        # AutoAWQ/GPTQ checkpoint, which transformers 5 reads through gptqmodel.
         return {"dtype": TORCH_DTYPES[precision.activation_dtype], "device_map": device}
     raise UserError(f"precision {precision.name} (method {precision.method}) has no transformers loader")
 

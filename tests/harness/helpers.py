@@ -12,14 +12,16 @@ def command_env() -> dict:
     return {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1"}
 
 
-def run_module(module: str, *args: str, timeout: float = 900, cwd: Path = ROOT) -> subprocess.CompletedProcess:
+def run_module(
+    module: str, *args: str, timeout: float = 900, cwd: Path = ROOT, env: dict | None = None
+) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-m", module, *args],
         capture_output=True,
         text=True,
         timeout=timeout,
         cwd=cwd,
-        env=command_env(),
+        env={**command_env(), **(env or {})},
     )
 
 

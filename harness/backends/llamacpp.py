@@ -1,0 +1,229 @@
+"""The llama.cpp backend for GGUF precisions, over llama-cpp-python's bindings of the C API (llama.h).
+
+llama-cpp-python's high-level completion call takes one prompt at a time, so this drives llama.cpp's batch
+API directly, the way the transformers backend drives generate(): the few-shot prefix every prompt of a
+cell shares is decoded once into sequence 0 of a unified KV cache; each row of a batch is a sequence that
+starts as a copy of it (``llama_memory_seq_cp`` shares the cells, it does not recompute them), then all
+rows' suffixes go through in one ``llama_decode``, then one token per running row per step.
+
+Tokens and text go through the same Hugging Face tokenizer and chat template as the transformers path
+(converted from this GGUF, so the ids are llama.cpp's own); the stop rule is the shared
+``first_line_done``. Sampling is per problem (seeded by problem index), so it does not depend on batching.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+from pathlib import Path
+
+import numpy as np
+
+from harness.backends import SINGLE_PROCESS, Generation, Sampling, Shard, first_line_done
+from harness.cli import UserError
+from harness.gguf import import_llama_cpp
+from harness.models import PrecisionSpec
+
+
+def _silence(llama_cpp) -> None:
+    """llama.cpp logs every tensor it loads to stderr; our progress bar is the one that matters."""
+    global _LOG_CALLBACK
+    _LOG_CALLBACK = llama_cpp.llama_log_callback(lambda level, text, data: None)
+    llama_cpp.llama_log_set(_LOG_CALLBACK, ctypes.c_void_p())
+
+
+_LOG_CALLBACK = None  # kept alive: llama.cpp holds a pointer to it
+
+
+def default_threads() -> int:
+    return int(os.environ.get("NUMPREC_THREADS") or os.environ.get("OMP_NUM_THREADS") or len(os.sched_getaffinity(0)))
+
+
+class LlamaCppBackend:
+    name = "llamacpp"
+
+    def __init__(self, gguf_path: str, precision: PrecisionSpec, batch_size: int = 16, threads: int | None = None):
+        from transformers import AutoTokenizer
+
+        from harness.models import quiet_transformers
+
+        self.lib = lib = import_llama_cpp()
+        _silence(lib)
+        lib.llama_backend_init()
+        self.precision = precision
+        self.batch_size = batch_size
+        self.threads = threads or default_threads()
+        path = Path(gguf_path)
+        params = lib.llama_model_default_params()
+        # ggml's extra CPU buffer types (AMX tiles, repacked weights) segfault in llama_decode on these VMs, whose
+        # CPUs report AMX; the plain CPU buffers run the same quantized kernels.
+        params.use_extra_bufts = False
+        self.model = lib.llama_model_load_from_file(str(path).encode(), params)
+        if not self.model:
+            raise UserError(f"llama.cpp could not load {path}; is it a GGUF file?")
+        self.vocab = lib.llama_model_get_vocab(self.model)
+        self.n_vocab = lib.llama_vocab_n_tokens(self.vocab)
+        quiet_transformers()
+        if (path.parent / "tokenizer_config.json").is_file():
+            self.tokenizer = AutoTokenizer.from_pretrained(path.parent)
+        else:  # a user's own .gguf: transformers reads the tokenizer from the file itself
+            self.tokenizer = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
+        self.ctx = None
+        self.n_ctx = 0
+
+    def close(self) -> None:
+        """Free llama.cpp's context and model (the next variant's model may need the memory)."""
+        lib = getattr(self, "lib", None)
+        if lib is None or lib.llama_free is None:  # interpreter shutdown
+            return
+        if getattr(self, "ctx", None):
+            lib.llama_free(self.ctx)
+            self.ctx = None
+        if getattr(self, "model", None):
+            lib.llama_model_free(self.model)
+            self.model = None
+
+    __del__ = close
+
+    @property
+    def footprint_mb(self) -> float:
+        return self.lib.llama_model_size(self.model) / 2**20
+
+    def chat_prompt(self, user_message: str) -> str:
+        return self.tokenizer.apply_chat_template(
+            [{"role": "user", "content": user_message}], tokenize=False, add_generation_prompt=True
+        )
+
+    def count_tokens(self, text: str) -> int:
+        return len(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+
+    def _context(self, cells: int, sequences: int):
+        """A context whose unified KV cache holds ``cells`` tokens; made again only when too small."""
+        lib = self.lib
+        if self.ctx and self.n_ctx >= cells:
+            return self.ctx
+        if self.ctx:
+            lib.llama_free(self.ctx)
+        params = lib.llama_context_default_params()
+        params.n_ctx = self.n_ctx = max(cells, 2048)
+        params.n_batch = params.n_ctx
+        params.n_seq_max = sequences
+        params.n_threads = params.n_threads_batch = self.threads
+        params.kv_unified = True  # rows share the prefix cells instead of holding copies
+        params.no_perf = True
+        self.ctx = lib.llama_init_from_model(self.model, params)
+        if not self.ctx:
+            raise RuntimeError(f"llama.cpp could not create a context of {params.n_ctx} tokens")
+        return self.ctx
+
+    def generate(
+        self,
+        prompts: list[str],
+        max_new_tokens: int,
+        sampling: Sampling,
+        seed: int = 0,
+        on_batch=None,
+        shard: Shard = SINGLE_PROCESS,
+    ) -> list[Generation | None]:
+        ids = [self.tokenizer(p, add_special_tokens=False)["input_ids"] for p in prompts]
+        prefix = os.path.commonprefix(ids)
+        prefix = prefix[: min(len(prefix), min(len(x) for x in ids) - 1)]  # every row feeds at least one token
+        longest = max(len(x) for x in ids) - len(prefix)
+        self._context(len(prefix) + self.batch_size * (longest + max_new_tokens) + 8, self.batch_size + 1)
+        memory = self.lib.llama_get_memory(self.ctx)
+        self.lib.llama_memory_clear(memory, True)
+        if prefix:
+            self._decode([(0, position, token) for position, token in enumerate(prefix)], {len(prefix) - 1})
+        out: list[Generation | None] = [None] * len(ids)
+        for start in range(0, len(ids), self.batch_size):
+            if not shard.owns(start // self.batch_size):
+                continue
+            batch = ids[start : start + self.batch_size]
+            rows = [
+                _Row(seq=r + 1, tokens=tokens[len(prefix) :], rng=np.random.default_rng([seed, start + r]))
+                for r, tokens in enumerate(batch)
+            ]
+            out[start : start + len(batch)] = self._generate_batch(memory, len(prefix), rows, max_new_tokens, sampling)
+            if on_batch:
+                on_batch(len(batch))
+        return out
+
+    def _generate_batch(self, memory, prefix_len: int, rows, max_new_tokens: int, sampling: Sampling):
+        lib = self.lib
+        for row in rows:
+            lib.llama_memory_seq_cp(memory, 0, row.seq, -1, -1)
+        entries, wanted = [], set()
+        for row in rows:
+            for i, token in enumerate(row.tokens):
+                entries.append((row.seq, prefix_len + i, token))
+            wanted.add(len(entries) - 1)
+            row.position = prefix_len + len(row.tokens)
+        logits = self._decode(entries, wanted)
+        last = {entries[index][0]: logits[index] for index in wanted}
+        running = list(rows)
+        for _ in range(max_new_tokens):
+            step = []
+            for row in running:
+                token = _choose(last[row.seq], sampling, row.rng)
+                row.generated.append(token)
+                text = self.tokenizer.decode(row.generated, skip_special_tokens=True)
+                row.done = bool(lib.llama_vocab_is_eog(self.vocab, token)) or first_line_done(text)
+                if not row.done and len(row.generated) < max_new_tokens:
+                    step.append(row)
+            running = step
+            if not running:
+                break
+            entries = [(row.seq, row.position + len(row.generated) - 1, row.generated[-1]) for row in running]
+            logits = self._decode(entries, set(range(len(entries))))
+            last = {row.seq: logits[i] for i, row in enumerate(running)}
+        for row in rows:
+            lib.llama_memory_seq_rm(memory, row.seq, -1, -1)
+        return [
+            Generation(text=self.tokenizer.decode(row.generated, skip_special_tokens=True), tokens=len(row.generated))
+            for row in rows
+        ]
+
+    def _decode(self, entries: list[tuple[int, int, int]], wanted: set[int]) -> dict[int, np.ndarray]:
+        """One llama_decode of (sequence, position, token) entries; logits of the ``wanted`` entries."""
+        lib = self.lib
+        batch = lib.llama_batch_init(len(entries), 0, 1)
+        try:
+            for i, (seq, position, token) in enumerate(entries):
+                batch.token[i] = token
+                batch.pos[i] = position
+                batch.n_seq_id[i] = 1
+                batch.seq_id[i][0] = seq
+                batch.logits[i] = i in wanted
+            batch.n_tokens = len(entries)
+            status = lib.llama_decode(self.ctx, batch)
+            if status != 0:
+                raise RuntimeError(f"llama_decode failed with status {status} (KV cache of {self.n_ctx} too small?)")
+            return {
+                i: np.ctypeslib.as_array(lib.llama_get_logits_ith(self.ctx, i), shape=(self.n_vocab,)).copy()
+                for i in sorted(wanted)
+            }
+        finally:
+            lib.llama_batch_free(batch)
+
+
+class _Row:
+    def __init__(self, seq: int, tokens: list[int], rng: np.random.Generator):
+        self.seq = seq
+        self.tokens = tokens
+        self.rng = rng
+        self.position = 0
+        self.generated: list[int] = []
+        self.done = False
+
+
+def _choose(logits: np.ndarray, sampling: Sampling, rng: np.random.Generator) -> int:
+    """Greedy argmax, or the paper's sampling in transformers' order: temperature, then top-k, then top-p."""
+    if not sampling.do_sample:
+        return int(np.argmax(logits))
+    scaled = logits.astype(np.float64) / sampling.temperature
+    top = np.argsort(-scaled)[: sampling.top_k]
+    probs = np.exp(scaled[top] - scaled[top[0]])
+    probs /= probs.sum()
+    keep = int(np.searchsorted(np.cumsum(probs), sampling.top_p) + 1)  # smallest set with mass >= top_p
+    probs = probs[:keep] / probs[:keep].sum()
+    return int(top[rng.choice(keep, p=probs)])

@@ -1,0 +1,102 @@
+"""The vLLM backend (CUDA GPUs only): the same chat-templated prompts, decoding settings and stop rule as
+the transformers backend, over vLLM's offline ``LLM.generate`` API with automatic prefix caching, so the
+shared few-shot prefix is computed once per cell as in ``hf``.
+
+Not run on the CPU machines this project is developed on (no CUDA there): written against vLLM's documented
+``LLM`` / ``SamplingParams`` / ``LoRARequest`` API. Without CUDA, harness.eval stops before loading.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from harness.backends import SINGLE_PROCESS, Generation, Sampling, Shard, stop_length
+from harness.cli import UserError
+from harness.models import PrecisionSpec
+
+
+class VLLMBackend:
+    name = "vllm"
+
+    def __init__(
+        self, weights: str, precision: PrecisionSpec, adapter: str | None = None, tensor_parallel_size: int = 1
+    ):
+        try:
+            from vllm import LLM
+        except ImportError:
+            raise UserError("--backend vllm needs vLLM on a CUDA machine; run: pip install vllm") from None
+        kwargs = {
+            "model": weights,
+            "tensor_parallel_size": tensor_parallel_size,
+            "enable_prefix_caching": True,
+            "dtype": precision.activation_dtype,
+            "seed": 0,
+        }
+        if precision.method == "bnb" and precision.weight_dtype == "nf4":
+            kwargs["quantization"] = "bitsandbytes"
+        elif precision.method not in ("cast", "gptq", "awq"):  # GPTQ/AWQ are read from the checkpoint's config
+            raise UserError(f"precision {precision.name} is not available on the vllm backend; use --backend hf")
+        if adapter:
+            kwargs.update(enable_lora=True, max_lora_rank=64)
+        self.precision = precision
+        self.weights = weights
+        self.llm = LLM(**kwargs)
+        self.tokenizer = self.llm.get_tokenizer()
+        self.lora = None
+        if adapter:
+            from vllm.lora.request import LoRARequest
+
+            self.lora = LoRARequest("adapter", 1, adapter)
+
+    @property
+    def footprint_mb(self) -> float:
+        """Size of the weights as stored (vLLM does not report its resident weight size through the API)."""
+        return sum(f.stat().st_size for f in Path(self.weights).glob("*.safetensors")) / 2**20
+
+    def chat_prompt(self, user_message: str) -> str:
+        return self.tokenizer.apply_chat_template(
+            [{"role": "user", "content": user_message}], tokenize=False, add_generation_prompt=True
+        )
+
+    def count_tokens(self, text: str) -> int:
+        return len(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+
+    def generate(
+        self,
+        prompts: list[str],
+        max_new_tokens: int,
+        sampling: Sampling,
+        seed: int = 0,
+        on_batch=None,
+        shard: Shard = SINGLE_PROCESS,
+        batch_size: int = 16,
+    ) -> list[Generation | None]:
+        from vllm import SamplingParams
+
+        mine = [i for i in range(len(prompts)) if shard.owns(i // batch_size)]
+        # A seed per problem: sampled answers depend on neither vLLM's scheduling nor the shard.
+        params = [
+            SamplingParams(
+                max_tokens=max_new_tokens,
+                temperature=sampling.temperature if sampling.do_sample else 0.0,
+                top_k=sampling.top_k if sampling.do_sample else -1,
+                top_p=sampling.top_p if sampling.do_sample else 1.0,
+                seed=seed * 1_000_003 + i,
+                skip_special_tokens=True,
+            )
+            for i in mine
+        ]
+        outputs = self.llm.generate(
+            [{"prompt_token_ids": self.tokenizer(prompts[i], add_special_tokens=False)["input_ids"]} for i in mine],
+            params,
+            lora_request=self.lora,
+            use_tqdm=False,
+        )
+        result: list[Generation | None] = [None] * len(prompts)
+        for i, output in zip(mine, outputs, strict=True):
+            ids = list(output.outputs[0].token_ids)
+            used = stop_length(self.tokenizer, ids)
+            result[i] = Generation(text=self.tokenizer.decode(ids[:used], skip_special_tokens=True), tokens=used)
+        if on_batch:
+            on_batch(len(mine))
+        return result

@@ -1,0 +1,204 @@
+"""Make a W4A16 GPTQ or AWQ checkpoint of a registered model with llm-compressor (compressed-tensors format).
+
+    python -m harness.quantize --model smollm2 --method gptq --bits 4 --group-size 128
+    python -m harness.eval --precision gptq-w4          # finds it in the cache; or --model-path DIR
+
+Calibration uses problems this project generates (the paper's tasks and few-shot prompts, answered
+correctly), drawn from a "calibration" stream and disjoint from the problems harness.eval scores; no hub
+data sets. llm-compressor pins an older transformers than the main environment, so it lives in its own
+environment (``bash scripts/setup_quantize.sh`` makes ``.venv-quantize``); run from the main environment,
+this command hands itself over to that one. Both environments pin compressed-tensors to the same version,
+so the checkpoint written there loads back here (``pyproject.toml``, ``scripts/setup_quantize.sh``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from harness.cli import ArgParser, UserError, run
+from harness.models import ModelSpec, get_model, get_precision, quantized_dir, resolve_weights
+from harness.problems import heldout_problems, parse_task
+from harness.prompts import user_message
+
+QUANTIZE_ENV = Path(__file__).resolve().parent.parent / ".venv-quantize"
+METHODS = {"gptq": "gptq-w4", "awq": "awq-w4"}
+CALIBRATION_TASKS = ("add", "iter_add:3", "mul")
+
+
+def calibration_texts(tokenizer, count: int, seed: int) -> list[str]:
+    """Chat-formatted prompt + correct answer, spread over tasks and operand lengths 1-9."""
+    texts: list[str] = []
+    cells = [(task, length) for task in CALIBRATION_TASKS for length in range(1, 10)]
+    per_cell = -(-count // len(cells))
+    for label, length in cells:
+        task = parse_task(label)
+        problems, _ = heldout_problems(task, 10, length, per_cell, seed, eval_count=1000, stream="calibration")
+        for problem in problems:
+            messages = [
+                {"role": "user", "content": user_message(problem)},
+                {"role": "assistant", "content": f"{problem.expression} = {problem.answer}"},
+            ]
+            texts.append(tokenizer.apply_chat_template(messages, tokenize=False))
+    return texts[:count]
+
+
+def recipe(method: str, bits: int, group_size: int):
+    from compressed_tensors.quantization import QuantizationArgs, QuantizationScheme
+
+    scheme = QuantizationScheme(
+        targets=["Linear"],
+        weights=QuantizationArgs(
+            num_bits=bits, type="int", symmetric=method == "gptq", strategy="group", group_size=group_size
+        ),
+    )
+    # The tied lm_head/embedding stays in the model's dtype, as in the paper's AWQ int4 checkpoint.
+    groups = {"config_groups": {"group_0": scheme}, "ignore": ["lm_head"]}
+    if method == "gptq":
+        from llmcompressor.modifiers.quantization import GPTQModifier
+
+        return [GPTQModifier(**groups)]
+    from llmcompressor.modifiers.quantization import QuantizationModifier
+    from llmcompressor.modifiers.transform.awq import AWQModifier
+
+    return [AWQModifier(duo_scaling="both"), QuantizationModifier(**groups)]
+
+
+def cpu_pinned_memory_workaround() -> None:
+    """llm-compressor's AWQ pins calibration tensors for faster GPU transfer; without an accelerator
+    ``pin_memory()`` raises, so on CPU pinning is skipped (platform-facts: AWQ on CPU)."""
+    import torch
+
+    if torch.accelerator.is_available():
+        return
+    from llmcompressor.pipelines.cache import IntermediatesCache
+
+    IntermediatesCache.pin_memory = lambda self, batch_index, input_names=None: None
+
+
+def quantize(model_name: str, method: str, bits: int, group_size: int, out: Path, samples: int, seed: int) -> dict:
+    import torch
+    from datasets import Dataset
+    from llmcompressor import oneshot
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    model = get_model(model_name)
+    source = resolve_weights(model)
+    torch.manual_seed(seed)
+    tokenizer = AutoTokenizer.from_pretrained(source)
+    network = AutoModelForCausalLM.from_pretrained(source, dtype=torch.bfloat16)
+    texts = calibration_texts(tokenizer, samples, seed)
+    dataset = Dataset.from_dict(tokenizer(texts, add_special_tokens=False))
+    if method == "awq":
+        cpu_pinned_memory_workaround()
+    started = time.perf_counter()
+    oneshot(
+        model=network,
+        dataset=dataset,
+        recipe=recipe(method, bits, group_size),
+        max_seq_length=max(len(ids) for ids in dataset["input_ids"]),
+        num_calibration_samples=len(texts),
+    )
+    seconds = time.perf_counter() - started
+    staging = out.with_name(out.name + ".partial")
+    shutil.rmtree(staging, ignore_errors=True)
+    network.save_pretrained(staging, save_compressed=True)
+    tokenizer.save_pretrained(staging)
+    info = {
+        "model": model_name,
+        "source": str(source),
+        "method": method,
+        "bits": bits,
+        "group_size": group_size,
+        "calibration_samples": len(texts),
+        "calibration_tasks": list(CALIBRATION_TASKS),
+        "seed": seed,
+        "seconds": round(seconds, 1),
+        "versions": _versions("llmcompressor", "compressed-tensors", "transformers", "torch"),
+    }
+    (staging / "numprec_quantize.json").write_text(json.dumps(info, indent=2) + "\n")
+    if out.exists():
+        shutil.rmtree(out)
+    os.replace(staging, out)
+    return info
+
+
+def check_group_size(model: ModelSpec, group_size: int) -> None:
+    """Groups must tile every quantized row; llm-compressor would find out only after loading the model."""
+    if group_size < 1:
+        raise UserError(f"--group-size must be positive, got {group_size}")
+    config_path = Path(resolve_weights(model)) / "config.json" if model.source.get("kind") != "hub" else None
+    if config_path is None or not config_path.is_file():
+        return
+    config = json.loads(config_path.read_text(encoding="utf-8"))
+    widths = {config.get("hidden_size"), config.get("intermediate_size")} - {None}
+    bad = sorted(width for width in widths if width % group_size)
+    if bad:
+        fits = [g for g in (32, 64, 128) if all(width % g == 0 for width in widths)]
+        raise UserError(
+            f"--group-size {group_size} does not divide {model.name}'s layer widths {sorted(widths)}; "
+            f"use one of {fits or 'a divisor of them'}"
+        )
+
+
+def _versions(*names: str) -> dict[str, str]:
+    from importlib.metadata import version
+
+    return {name: version(name) for name in names}
+
+
+def _hand_over(argv: Sequence[str]) -> int:
+    """Run this command in the quantization environment, where llm-compressor's pins hold."""
+    python = QUANTIZE_ENV / "bin" / "python"
+    if not python.exists():
+        raise UserError(
+            "llm-compressor is not installed here (it pins an older transformers); "
+            "run: bash scripts/setup_quantize.sh, then repeat this command"
+        )
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(QUANTIZE_ENV.parent), os.environ.get("PYTHONPATH", "")]))
+    return subprocess.call([str(python), "-m", "harness.quantize", *argv], env=env)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = ArgParser(prog="python -m harness.quantize", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", default="smollm2", help="a model from harness/models.yaml (default: smollm2)")
+    parser.add_argument("--method", required=True, choices=sorted(METHODS))
+    parser.add_argument("--bits", type=int, default=4, help="weight bits (W4A16: 4)")
+    parser.add_argument("--group-size", type=int, help="weights per quantization group (default: the registry's)")
+    parser.add_argument("--samples", type=int, default=256, help="calibration problems (default 256)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", type=Path, help="checkpoint directory (default: where harness.eval looks)")
+    args = parser.parse_args(argv)
+    model = get_model(args.model)
+    precision = get_precision(model, METHODS[args.method])
+    if args.bits != precision.weight_bits:
+        raise UserError(f"--bits {args.bits}: the registered {precision.name} precision stores {precision.weight_bits}")
+    group_size = args.group_size or precision.group_size
+    check_group_size(model, group_size)
+    if args.samples < 1:
+        raise UserError(f"--samples must be at least 1, got {args.samples}")
+    out = args.out or quantized_dir(model, precision)
+    if args.out is None and group_size != precision.group_size:
+        raise UserError(
+            f"--group-size {group_size} differs from {args.model}'s registered {precision.name} "
+            f"(group {precision.group_size}); pass --out DIR and evaluate it with --model-path DIR"
+        )
+    try:
+        import llmcompressor  # noqa: F401
+    except ImportError:
+        return _hand_over(sys.argv[1:] if argv is None else list(argv))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    print(f"quantizing {args.model} with {args.method} W{args.bits}A16 g{group_size} -> {out}", file=sys.stderr)
+    info = quantize(args.model, args.method, args.bits, group_size, out, args.samples, args.seed)
+    print(f"wrote {out} ({info['calibration_samples']} calibration problems, {info['seconds']:.0f} s)")
+    return 0
+
+
+if __name__ == "__main__":
+    run(main)
