@@ -147,19 +147,22 @@ def generate(
     task: Task, base: int, length: int, count: int, seed: int = 0, start: int = 0, stream: str = "eval"
 ) -> list[Problem]:
     """Problems ``start .. count-1`` of a cell's stream."""
-    digits = draw_digits(seed, task, base, length, count, stream)
-    symbols = np.array(list(DIGITS[:base]))[digits]  # (count, operands, length) of 1-char strings
+    digits = draw_digits(seed, task, base, length, count, stream)[start:]
+    # All digit strings at once: ASCII codes viewed as fixed-width byte strings, one per operand.
+    codes = np.frombuffer(DIGITS[:base].encode(), dtype=np.uint8)[digits]
+    texts = codes.reshape(-1, length).view(f"S{length}").ravel().astype(str).reshape(len(digits), task.operands)
+    render = str if base == 10 else lambda value: to_base(value, base)
     problems = []
-    for index in range(start, count):
-        operands = ["".join(row).lstrip("0") or "0" for row in symbols[index]]
+    for index, row in enumerate(texts.tolist(), start=start):
+        operands = [text.lstrip("0") or "0" for text in row]
         values = [int(text, base) for text in operands]
         if task.name == "mul":
             result = values[0] * values[1]
-            answer = to_base(result, base)
+            answer = render(result)
             if task.truncate is not None:
-                answer = to_base(result % base**task.truncate, base).rjust(task.truncate, "0")
+                answer = render(result % base**task.truncate).rjust(task.truncate, "0")
         else:
-            answer = to_base(sum(values), base)
+            answer = render(sum(values))
         problems.append(
             Problem(
                 task=task.name,

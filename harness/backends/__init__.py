@@ -59,6 +59,34 @@ class Shard:
 SINGLE_PROCESS = Shard()
 
 
+class ChatBackend:
+    """What every backend shares: the model's own chat template and token counts, from its HF tokenizer."""
+
+    tokenizer = None
+
+    def chat_prompt(self, user_message: str) -> str:
+        """The user turn wrapped in the model's own chat template, ready for the assistant to answer."""
+        return self.tokenizer.apply_chat_template(
+            [{"role": "user", "content": user_message}], tokenize=False, add_generation_prompt=True
+        )
+
+    def count_tokens(self, text: str) -> int:
+        return len(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+
+
+def per_prompt(value: int | list[int], count: int) -> list[int]:
+    """A per-prompt setting (token budget, sampling seed) given once for all prompts or one per prompt."""
+    return [value] * count if isinstance(value, int) else list(value)
+
+
+def row_seeds(seed: int | list[int], count: int) -> list[int]:
+    """Sampling seeds, one per prompt (from one seed: seed and position), so that sampled answers depend on
+    neither batch composition nor shard."""
+    if isinstance(seed, int):
+        return [(seed * 1_000_003 + index) % 2**63 for index in range(count)]
+    return list(seed)
+
+
 def first_line_done(text: str) -> bool:
     """The stop rule: the first non-blank line is finished (the paper's prompt asks for a one-line answer)."""
     return text.lstrip().find("\n") > 0

@@ -3,52 +3,38 @@
 Every prompt of a cell is ``<chat header + few-shot prompt> <expression> <chat footer>``. The longest
 common token prefix of the prompts is run through the model once; each batch then reuses a copy of that
 KV cache and only feeds its own suffix. Suffixes are left-padded *after* the prefix (prefix, pads,
-suffix); the attention mask hides the pads and generate() derives position ids from the mask, so each
-row sees exactly the positions it would see unpadded. A prototype here measured identical fp32 greedy
-outputs to plain batch-1 generation at ~2.3x less time than plain left-padded batching.
+suffix); the attention mask hides the pads and position ids come from the mask, as in generate(), so
+each row sees exactly the positions it would see unpadded. Decoding is our own short loop rather than
+generate(), so that a row leaves the batch (and the KV cache) as soon as it has answered.
 """
 
 from __future__ import annotations
 
-import copy
 import os
 from collections import OrderedDict
 
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache, StoppingCriteria, StoppingCriteriaList
+from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache
 
-from harness.backends import SINGLE_PROCESS, Generation, Sampling, Shard, first_line_done
+from harness.backends import (
+    SINGLE_PROCESS,
+    ChatBackend,
+    Generation,
+    Sampling,
+    Shard,
+    first_line_done,
+    per_prompt,
+    row_seeds,
+    shared_prefix,
+)
+from harness.backends.shared_prefix import SharedPrefix
 from harness.cli import UserError
 from harness.models import PrecisionSpec, quiet_transformers
 
 TORCH_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
-class FirstLineStop(StoppingCriteria):
-    """Stop a row once it has finished its first non-blank line (the paper asks for a one-line answer).
-
-    Records how many tokens each row had generated when it stopped: generate() pads finished rows, and
-    the pad may equal EOS, so the output alone cannot tell where a row really ended.
-    """
-
-    def __init__(self, tokenizer, start: int):
-        self.tokenizer = tokenizer
-        self.start = start
-        self.stopped_at: dict[int, int] = {}
-
-    def __call__(self, input_ids: torch.LongTensor, scores, **kwargs) -> torch.BoolTensor:
-        generated = input_ids[:, self.start :]
-        running = [row for row in range(generated.shape[0]) if row not in self.stopped_at]
-        # Decode only the rows still generating: finished ones are padding from here on.
-        texts = self.tokenizer.batch_decode(generated[running], skip_special_tokens=True)
-        for row, text in zip(running, texts, strict=True):
-            if first_line_done(text):
-                self.stopped_at[row] = generated.shape[1]
-        done = [row in self.stopped_at for row in range(generated.shape[0])]
-        return torch.tensor(done, dtype=torch.bool, device=input_ids.device)
-
-
-class HFBackend:
+class HFBackend(ChatBackend):
     name = "hf"
 
     def __init__(
@@ -70,6 +56,10 @@ class HFBackend:
             # Fold LoRA into unquantized weights (same outputs, no adapter overhead); a 4-bit base keeps it apart,
             # as merging would requantize the base.
             self.model = _with_adapter(self.model, adapter, merge=precision.method == "cast")
+        if precision.method == "cast" and self.device == "cpu":
+            _store_linear_weights_transposed(self.model)
+        # Our attention keeps the shared prefix once for all rows (harness/backends/shared_prefix.py).
+        self.model.set_attn_implementation(shared_prefix.NAME)
         self.pad_id = self.tokenizer.pad_token_id
         if self.pad_id is None:
             self.pad_id = self.tokenizer.eos_token_id
@@ -79,94 +69,147 @@ class HFBackend:
     def footprint_mb(self) -> float:
         return self.model.get_memory_footprint() / 2**20
 
-    def chat_prompt(self, user_message: str) -> str:
-        """The user turn wrapped in the model's own chat template, ready for the assistant to answer."""
-        return self.tokenizer.apply_chat_template(
-            [{"role": "user", "content": user_message}], tokenize=False, add_generation_prompt=True
-        )
-
-    def count_tokens(self, text: str) -> int:
-        return len(self.tokenizer(text, add_special_tokens=False)["input_ids"])
-
     def generate(
         self,
         prompts: list[str],
-        max_new_tokens: int,
+        max_new_tokens: int | list[int],
         sampling: Sampling,
-        seed: int = 0,
+        seed: int | list[int] = 0,
         on_batch=None,
         shard: Shard = SINGLE_PROCESS,
     ) -> list[Generation | None]:
-        """Generate for the prompts of this shard's batches (None for the others); under greedy decoding the
-        results depend on neither batch size nor order."""
+        """Generate for the prompts of this shard's batches (None for the others). Budgets and sampling seeds
+        may differ per prompt; greedy results depend on neither batch size nor order, sampled ones on the
+        seeds only."""
         ids = [self.tokenizer(p, add_special_tokens=False)["input_ids"] for p in prompts]
+        budgets, seeds = per_prompt(max_new_tokens, len(ids)), row_seeds(seed, len(ids))
         prefix = _common_prefix(ids)
-        # Keep at least one token per prompt to feed: generate() needs new input beyond the cache.
+        # Keep at least one token per prompt to feed: the model needs new input beyond the cache.
         prefix = prefix[: min(len(prefix), min(len(x) for x in ids) - 1)]
         cache = self._prefix_cache(prefix)
         out: list[Generation | None] = [None] * len(ids)
         for start in range(0, len(ids), self.batch_size):
             if not shard.owns(start // self.batch_size):
                 continue
-            batch = ids[start : start + self.batch_size]
-            if sampling.do_sample:
-                torch.manual_seed(seed * 1_000_003 + start)
-            out[start : start + len(batch)] = self._generate_batch(prefix, cache, batch, max_new_tokens, sampling)
+            rows = slice(start, start + self.batch_size)
+            out[rows] = self._generate_batch(prefix, cache, ids[rows], budgets[rows], sampling, seeds[rows])
             if on_batch:
-                on_batch(len(batch))
+                on_batch(len(ids[rows]))
         return out
 
-    def _prefix_cache(self, prefix: list[int]) -> DynamicCache | None:
+    def _prefix_cache(self, prefix: list[int]) -> list[tuple[torch.Tensor, torch.Tensor]] | None:
+        """Keys and values of the shared prefix, per layer, computed once (a few cells' worth are kept)."""
         if not prefix:
             return None
         key = tuple(prefix)
         if key not in self._prefixes:
             cache = DynamicCache(config=self.model.config)
+            SharedPrefix.active = None
             with torch.inference_mode():
                 self.model(torch.tensor([prefix], device=self.device), past_key_values=cache, use_cache=True)
-            self._prefixes[key] = cache
+            self._prefixes[key] = [(layer.keys, layer.values) for layer in cache.layers]
             while len(self._prefixes) > 4:
                 self._prefixes.popitem(last=False)
         self._prefixes.move_to_end(key)
         return self._prefixes[key]
 
-    def _generate_batch(self, prefix, cache, batch, max_new_tokens, sampling) -> list[Generation]:
-        width = len(prefix) + max(len(x) - len(prefix) for x in batch)
+    def _generate_batch(self, prefix, cache, batch, budgets, sampling, seeds) -> list[Generation]:
+        # Only the rows' own tokens enter the batch: left-padded suffixes, positions continuing after the prefix.
+        width = max(len(x) - len(prefix) for x in batch)
         input_ids = torch.full((len(batch), width), self.pad_id, dtype=torch.long)
         attention = torch.zeros((len(batch), width), dtype=torch.long)
         for row, tokens in enumerate(batch):
             suffix = tokens[len(prefix) :]
-            input_ids[row, : len(prefix)] = torch.tensor(prefix, dtype=torch.long)
             input_ids[row, width - len(suffix) :] = torch.tensor(suffix, dtype=torch.long)
-            attention[row, : len(prefix)] = 1
             attention[row, width - len(suffix) :] = 1
-        kwargs = {}
-        if cache is not None:
-            batch_cache = copy.deepcopy(cache)
-            batch_cache.batch_repeat_interleave(len(batch))
-            kwargs["past_key_values"] = batch_cache
+        kv = DynamicCache(config=self.model.config)
+        positions = len(prefix) + (attention.cumsum(-1) - 1).clamp(min=0)
+        samplers = None
         if sampling.do_sample:
-            kwargs.update(do_sample=True, top_k=sampling.top_k, top_p=sampling.top_p, temperature=sampling.temperature)
-        else:
-            kwargs.update(do_sample=False, top_k=None, top_p=None, temperature=None)
-        stop = FirstLineStop(self.tokenizer, width)
-        with torch.inference_mode():
-            output = self.model.generate(
-                input_ids.to(self.device),
-                attention_mask=attention.to(self.device),
-                max_new_tokens=max_new_tokens,
-                stopping_criteria=StoppingCriteriaList([stop]),
-                pad_token_id=self.pad_id,
-                **kwargs,
-            )
-        generations = []
+            samplers = (_warpers(sampling), [torch.Generator().manual_seed(seed) for seed in seeds])
+        SharedPrefix.active = cache
+        try:
+            generated = self._decode(kv, input_ids, attention, positions, len(prefix), budgets, samplers)
+        finally:
+            SharedPrefix.active = None
+        return [
+            Generation(text=self.tokenizer.decode(tokens, skip_special_tokens=True), tokens=len(tokens))
+            for tokens in generated
+        ]
+
+    def _decode(self, kv, input_ids, attention, positions, prefix_length, budgets, samplers) -> list[list[int]]:
+        """Token by token; a row leaves the batch (and the KV cache) as soon as it stops: rows finish at very
+        different lengths ("7" vs "To calculate ..."), and generate() would keep computing finished ones."""
         eos = set(_as_list(self.model.generation_config.eos_token_id)) | {self.tokenizer.eos_token_id}
-        for index, row in enumerate(output[:, width:].tolist()):
-            used = next((i + 1 for i, token in enumerate(row) if token in eos), len(row))
-            used = min(used, stop.stopped_at.get(index, used))
-            text = self.tokenizer.decode(row[:used], skip_special_tokens=True)
-            generations.append(Generation(text=text, tokens=used))
-        return generations
+        generated: list[list[int]] = [[] for _ in range(len(input_ids))]
+        active = list(range(len(input_ids)))  # batch rows still generating, in KV-cache order
+        with torch.inference_mode():
+            step_ids, step_positions = input_ids, positions
+            for _ in range(max(budgets)):
+                logits = (
+                    self.model(
+                        input_ids=step_ids.to(self.device),
+                        attention_mask=attention.to(self.device),
+                        position_ids=step_positions.to(self.device),
+                        past_key_values=kv,
+                        use_cache=True,
+                        logits_to_keep=1,
+                    )
+                    .logits[:, -1, :]
+                    .float()
+                )
+                if samplers is None:
+                    chosen = logits.argmax(-1)
+                else:  # each row draws from its own generator
+                    warp, generators = samplers
+                    probs = torch.softmax(warp(None, logits), dim=-1).cpu()
+                    draws = [torch.multinomial(probs[i], 1, generator=generators[row]) for i, row in enumerate(active)]
+                    chosen = torch.cat(draws)
+                keep = []
+                for slot, (row, token) in enumerate(zip(active, chosen.tolist(), strict=True)):
+                    generated[row].append(token)
+                    text = self.tokenizer.decode(generated[row], skip_special_tokens=True)
+                    if token not in eos and not first_line_done(text) and len(generated[row]) < budgets[row]:
+                        keep.append(slot)
+                if not keep:
+                    break
+                if len(keep) < len(active):
+                    index = torch.tensor(keep, dtype=torch.long)
+                    kv.batch_select_indices(index.to(self.device))
+                    attention, chosen = attention[index], chosen[index]
+                    active = [active[slot] for slot in keep]
+                attention = torch.cat([attention, torch.ones((len(active), 1), dtype=torch.long)], dim=1)
+                step_ids = chosen.view(-1, 1).cpu()
+                step_positions = prefix_length + attention.sum(-1, keepdim=True) - 1
+        return generated
+
+
+def _store_linear_weights_transposed(model: torch.nn.Module) -> None:
+    """Keep each Linear's weight as the transposed view of an [in, out] array: F.linear then hands the CPU
+    GEMM a plain row-major right operand, 1.4-1.8x faster for the few-row products of decoding (measured here
+    for 576 x 1536 at 8-29 rows; 1.4x for the 49152-row lm_head). Same values, same memory; ties survive."""
+    done = set()
+    for module in model.modules():
+        weight = getattr(module, "weight", None)
+        plain = type(module) is torch.nn.Linear and weight is not None and weight.is_floating_point()
+        if plain and id(weight) not in done:
+            weight.data = weight.data.t().contiguous().t()
+            done.add(id(weight))
+
+
+def _warpers(sampling: Sampling):
+    """transformers' own sampling warpers, in generate()'s order (temperature, top-k, top-p); None: greedy."""
+    if not sampling.do_sample:
+        return None
+    from transformers import LogitsProcessorList, TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper
+
+    return LogitsProcessorList(
+        [
+            TemperatureLogitsWarper(sampling.temperature),
+            TopKLogitsWarper(sampling.top_k),
+            TopPLogitsWarper(sampling.top_p),
+        ]
+    )
 
 
 def _load_kwargs(precision: PrecisionSpec, device: str) -> dict:

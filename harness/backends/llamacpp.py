@@ -19,7 +19,16 @@ from pathlib import Path
 
 import numpy as np
 
-from harness.backends import SINGLE_PROCESS, Generation, Sampling, Shard, first_line_done
+from harness.backends import (
+    SINGLE_PROCESS,
+    ChatBackend,
+    Generation,
+    Sampling,
+    Shard,
+    first_line_done,
+    per_prompt,
+    row_seeds,
+)
 from harness.cli import UserError
 from harness.gguf import import_llama_cpp
 from harness.models import PrecisionSpec
@@ -33,13 +42,14 @@ def _silence(llama_cpp) -> None:
 
 
 _LOG_CALLBACK = None  # kept alive: llama.cpp holds a pointer to it
+MAX_ROWS = 128  # sequences per batch (llama.cpp allows 256 in all, and sequence 0 holds the prefix)
 
 
 def default_threads() -> int:
     return int(os.environ.get("NUMPREC_THREADS") or os.environ.get("OMP_NUM_THREADS") or len(os.sched_getaffinity(0)))
 
 
-class LlamaCppBackend:
+class LlamaCppBackend(ChatBackend):
     name = "llamacpp"
 
     def __init__(self, gguf_path: str, precision: PrecisionSpec, batch_size: int = 16, threads: int | None = None):
@@ -51,7 +61,7 @@ class LlamaCppBackend:
         _silence(lib)
         lib.llama_backend_init()
         self.precision = precision
-        self.batch_size = batch_size
+        self.batch_size = min(batch_size, MAX_ROWS)
         self.threads = threads or default_threads()
         path = Path(gguf_path)
         params = lib.llama_model_default_params()
@@ -89,14 +99,6 @@ class LlamaCppBackend:
     def footprint_mb(self) -> float:
         return self.lib.llama_model_size(self.model) / 2**20
 
-    def chat_prompt(self, user_message: str) -> str:
-        return self.tokenizer.apply_chat_template(
-            [{"role": "user", "content": user_message}], tokenize=False, add_generation_prompt=True
-        )
-
-    def count_tokens(self, text: str) -> int:
-        return len(self.tokenizer(text, add_special_tokens=False)["input_ids"])
-
     def _context(self, cells: int, sequences: int):
         """A context whose unified KV cache holds ``cells`` tokens; made again only when too small."""
         lib = self.lib
@@ -119,17 +121,18 @@ class LlamaCppBackend:
     def generate(
         self,
         prompts: list[str],
-        max_new_tokens: int,
+        max_new_tokens: int | list[int],
         sampling: Sampling,
-        seed: int = 0,
+        seed: int | list[int] = 0,
         on_batch=None,
         shard: Shard = SINGLE_PROCESS,
     ) -> list[Generation | None]:
         ids = [self.tokenizer(p, add_special_tokens=False)["input_ids"] for p in prompts]
+        budgets, seeds = per_prompt(max_new_tokens, len(ids)), row_seeds(seed, len(ids))
         prefix = os.path.commonprefix(ids)
         prefix = prefix[: min(len(prefix), min(len(x) for x in ids) - 1)]  # every row feeds at least one token
         longest = max(len(x) for x in ids) - len(prefix)
-        self._context(len(prefix) + self.batch_size * (longest + max_new_tokens) + 8, self.batch_size + 1)
+        self._context(len(prefix) + self.batch_size * (longest + max(budgets)) + 8, self.batch_size + 1)
         memory = self.lib.llama_get_memory(self.ctx)
         self.lib.llama_memory_clear(memory, True)
         if prefix:
@@ -140,15 +143,15 @@ class LlamaCppBackend:
                 continue
             batch = ids[start : start + self.batch_size]
             rows = [
-                _Row(seq=r + 1, tokens=tokens[len(prefix) :], rng=np.random.default_rng([seed, start + r]))
+                _Row(r + 1, tokens[len(prefix) :], budgets[start + r], np.random.default_rng(seeds[start + r]))
                 for r, tokens in enumerate(batch)
             ]
-            out[start : start + len(batch)] = self._generate_batch(memory, len(prefix), rows, max_new_tokens, sampling)
+            out[start : start + len(batch)] = self._generate_batch(memory, len(prefix), rows, sampling)
             if on_batch:
                 on_batch(len(batch))
         return out
 
-    def _generate_batch(self, memory, prefix_len: int, rows, max_new_tokens: int, sampling: Sampling):
+    def _generate_batch(self, memory, prefix_len: int, rows, sampling: Sampling):
         lib = self.lib
         for row in rows:
             lib.llama_memory_seq_cp(memory, 0, row.seq, -1, -1)
@@ -161,14 +164,14 @@ class LlamaCppBackend:
         logits = self._decode(entries, wanted)
         last = {entries[index][0]: logits[index] for index in wanted}
         running = list(rows)
-        for _ in range(max_new_tokens):
+        for _ in range(max(row.budget for row in rows)):
             step = []
             for row in running:
                 token = _choose(last[row.seq], sampling, row.rng)
                 row.generated.append(token)
                 text = self.tokenizer.decode(row.generated, skip_special_tokens=True)
                 row.done = bool(lib.llama_vocab_is_eog(self.vocab, token)) or first_line_done(text)
-                if not row.done and len(row.generated) < max_new_tokens:
+                if not row.done and len(row.generated) < row.budget:
                     step.append(row)
             running = step
             if not running:
@@ -207,9 +210,10 @@ class LlamaCppBackend:
 
 
 class _Row:
-    def __init__(self, seq: int, tokens: list[int], rng: np.random.Generator):
+    def __init__(self, seq: int, tokens: list[int], budget: int, rng: np.random.Generator):
         self.seq = seq
         self.tokens = tokens
+        self.budget = budget
         self.rng = rng
         self.position = 0
         self.generated: list[int] = []

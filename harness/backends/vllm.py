@@ -10,12 +10,21 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from harness.backends import SINGLE_PROCESS, Generation, Sampling, Shard, stop_length
+from harness.backends import (
+    SINGLE_PROCESS,
+    ChatBackend,
+    Generation,
+    Sampling,
+    Shard,
+    per_prompt,
+    row_seeds,
+    stop_length,
+)
 from harness.cli import UserError
 from harness.models import PrecisionSpec
 
 
-class VLLMBackend:
+class VLLMBackend(ChatBackend):
     name = "vllm"
 
     def __init__(
@@ -53,20 +62,12 @@ class VLLMBackend:
         """Size of the weights as stored (vLLM does not report its resident weight size through the API)."""
         return sum(f.stat().st_size for f in Path(self.weights).glob("*.safetensors")) / 2**20
 
-    def chat_prompt(self, user_message: str) -> str:
-        return self.tokenizer.apply_chat_template(
-            [{"role": "user", "content": user_message}], tokenize=False, add_generation_prompt=True
-        )
-
-    def count_tokens(self, text: str) -> int:
-        return len(self.tokenizer(text, add_special_tokens=False)["input_ids"])
-
     def generate(
         self,
         prompts: list[str],
-        max_new_tokens: int,
+        max_new_tokens: int | list[int],
         sampling: Sampling,
-        seed: int = 0,
+        seed: int | list[int] = 0,
         on_batch=None,
         shard: Shard = SINGLE_PROCESS,
         batch_size: int = 16,
@@ -74,14 +75,15 @@ class VLLMBackend:
         from vllm import SamplingParams
 
         mine = [i for i in range(len(prompts)) if shard.owns(i // batch_size)]
+        budgets, seeds = per_prompt(max_new_tokens, len(prompts)), row_seeds(seed, len(prompts))
         # A seed per problem: sampled answers depend on neither vLLM's scheduling nor the shard.
         params = [
             SamplingParams(
-                max_tokens=max_new_tokens,
+                max_tokens=budgets[i],
                 temperature=sampling.temperature if sampling.do_sample else 0.0,
                 top_k=sampling.top_k if sampling.do_sample else -1,
                 top_p=sampling.top_p if sampling.do_sample else 1.0,
-                seed=seed * 1_000_003 + i,
+                seed=seeds[i],
                 skip_special_tokens=True,
             )
             for i in mine

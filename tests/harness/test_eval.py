@@ -130,7 +130,9 @@ def start_eval_until_a_cell_is_saved(args: list[str], results, capture: bool) ->
 
 def test_resume_after_kill_loses_no_finished_cell(tmp_path):
     out = tmp_path / "run"
-    args = ["--precision", "fp32", "--tasks", "add", "--lengths", "1,2,3", "--samples", "8", "--out", str(out)]
+    # batch size 8: each cell is generated on its own, so the kill lands between saved cells
+    args = ["--precision", "fp32", "--tasks", "add", "--lengths", "1,2,3", "--samples", "8", "--batch-size", "8"]
+    args += ["--out", str(out)]
     process = start_eval_until_a_cell_is_saved(args, out / "results.csv", capture=False)
     results = out / "results.csv"
     assert process.poll() is None, "the run should still be going when it is killed"
@@ -220,7 +222,9 @@ def test_problems_cli_bad_input(args, fragment, tmp_path):
 
 def test_ctrl_c_keeps_finished_cells_and_exits_130(tmp_path):
     out = tmp_path / "run"
-    args = ["--precision", "fp32", "--tasks", "add", "--lengths", "1,2,3", "--samples", "8", "--out", str(out)]
+    # batch size 8: each cell is generated on its own, so the kill lands between saved cells
+    args = ["--precision", "fp32", "--tasks", "add", "--lengths", "1,2,3", "--samples", "8", "--batch-size", "8"]
+    args += ["--out", str(out)]
     results = out / "results.csv"
     process = start_eval_until_a_cell_is_saved(args, results, capture=True)
     process.send_signal(signal.SIGINT)

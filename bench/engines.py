@@ -1,0 +1,119 @@
+"""One evaluation engine, timed in a process of its own (so its peak RSS is its own):
+
+    python -m bench.engines --engine numprec|lm-eval|llamacpp --problems FILE --out FILE [--precision P]
+
+Reads the prompts bench.run wrote (already chat-templated: every engine gets the same strings), generates
+greedily with the cell's token budget, and writes the outputs, the seconds of each timed pass (model loading
+excluded) and the process's peak RSS. The stop rule is the harness's, first non-blank line; lm-eval's
+``until: ["\\n"]`` is the closest it can express (bench.run compares the answer lines).
+"""
+
+from __future__ import annotations
+
+import json
+import resource
+import sys
+import time
+from collections import defaultdict
+from collections.abc import Sequence
+from pathlib import Path
+
+import harness  # noqa: F401  (thread settings before torch loads)
+from harness.backends import Sampling, load_backend
+from harness.cli import ArgParser, UserError, run
+from harness.models import get_model, get_precision, variant_weights
+
+
+def by_cell(problems: list[dict]) -> dict[str, list[int]]:
+    cells: dict[str, list[int]] = defaultdict(list)
+    for index, problem in enumerate(problems):
+        cells[problem["cell"]].append(index)
+    return cells
+
+
+def numprec_engine(problems: list[dict], precision_name: str, batch_size: int):
+    model = get_model("smollm2")
+    precision = get_precision(model, precision_name)
+    backend = load_backend(precision.backend or "hf", variant_weights(model, precision), precision, None, batch_size)
+
+    def generate() -> list[tuple[str, int]]:
+        getattr(backend, "_prefixes", {}).clear()  # every pass pays for its prefixes, as a fresh run would
+        outputs: list[tuple[str, int] | None] = [None] * len(problems)
+        for indices in by_cell(problems).values():
+            prompts = [problems[i]["prompt"] for i in indices]
+            budget = problems[indices[0]]["max_new_tokens"]
+            for i, g in zip(indices, backend.generate(prompts, budget, Sampling.named("greedy")), strict=True):
+                outputs[i] = (g.text, g.tokens)
+        return outputs  # type: ignore[return-value]
+
+    return generate, backend.footprint_mb
+
+
+def lm_eval_engine(problems: list[dict], batch_size: int):
+    """lm-evaluation-harness's Hugging Face backend, asked for generate_until on the very same strings."""
+    import torch
+    from lm_eval.api.instance import Instance
+    from lm_eval.models.huggingface import HFLM
+
+    weights = variant_weights(get_model("smollm2"), get_precision(get_model("smollm2"), "fp32"))
+    lm = HFLM(pretrained=weights, backend="causal", dtype=torch.float32, device="cpu", batch_size=batch_size)
+    requests = [
+        Instance(
+            request_type="generate_until",
+            doc={},
+            arguments=(p["prompt"], {"until": ["\n"], "max_gen_toks": p["max_new_tokens"], "do_sample": False}),
+            idx=i,
+        )
+        for i, p in enumerate(problems)
+    ]
+
+    def generate() -> list[tuple[str, int]]:
+        texts = lm.generate_until(requests, disable_tqdm=True)
+        return [(text, len(lm.tok_encode(text))) for text in texts]
+
+    return generate, lm.model.get_memory_footprint() / 2**20
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = ArgParser(prog="python -m bench.engines", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--engine", required=True, choices=["numprec", "lm-eval"])
+    parser.add_argument("--precision", default="fp32")
+    parser.add_argument("--problems", type=Path, required=True)
+    parser.add_argument("--repeats", type=int, default=1)
+    parser.add_argument("--batch-size", type=int, default=128)
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--out", type=Path, required=True)
+    args = parser.parse_args(argv)
+    import torch
+
+    torch.set_num_threads(args.threads)
+    problems = json.loads(args.problems.read_text())
+    if args.engine == "numprec":
+        generate, footprint = numprec_engine(problems, args.precision, args.batch_size)
+    elif args.precision != "fp32":
+        raise UserError("the lm-eval engine runs fp32 only")
+    else:
+        generate, footprint = lm_eval_engine(problems, args.batch_size)
+    seconds, outputs = [], []
+    for _ in range(args.repeats):
+        started = time.perf_counter()
+        outputs = generate()
+        seconds.append(time.perf_counter() - started)
+    result = {
+        "engine": args.engine,
+        "precision": args.precision,
+        "threads": args.threads,
+        "batch_size": args.batch_size,
+        "seconds": seconds,
+        "outputs": [text for text, _ in outputs],
+        "generated_tokens": sum(tokens for _, tokens in outputs),
+        "footprint_mb": footprint,
+        "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+    }
+    args.out.write_text(json.dumps(result) + "\n")
+    print(f"{args.engine} {args.precision}: {min(seconds):.1f} s per pass", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    run(main)

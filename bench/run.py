@@ -1,0 +1,472 @@
+"""Speed and memory of numprec against its peers, measured side by side in one run on this machine.
+
+    python -m bench.run --out reports/bench            # everything (~30-40 min on 2 cores)
+    python -m bench.run --out /tmp/b --only data,train --repeats 2
+
+Writes DIR/results.json and DIR/results.md. Shared machines are noisy: every figure is the median of
+``--repeats`` passes, and every ratio is taken between passes run back to back in this one run.
+
+1. eval    the same problems (cells of the quick grid), default model, fp32, greedy, through numprec's
+           transformers backend, lm-evaluation-harness's HF backend (generate_until, same strings, same
+           budget), and llama.cpp (numprec's llamacpp backend on the shipped Q4_1 GGUF); numprec as a
+           fraction of the FLOP-bound rate implied by the measured fp32 matrix-multiply speed.
+2. train   scratch training tokens/s and MFU against a GEMM rate measured in the same dtype and run.
+3. data    problems/s of the harness and scratch generators against a per-sample Python loop.
+4. memory  peak RSS of an evaluation process per precision.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import harness  # noqa: F401  (thread settings before torch loads)
+from harness.cli import ArgParser, UserError, name_list, run
+from harness.config import build_spec, load_config
+from harness.problems import generate
+
+SECTIONS = ("eval", "train", "data", "memory")
+MEMORY_PRECISIONS = ("fp32", "bf16", "int8", "nf4", "gguf-q8_0", "gguf-q4_1", "gptq-w4")
+
+
+def log(message: str) -> None:
+    print(f"[bench {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+def median(values: list[float]) -> float:
+    return statistics.median(values)
+
+
+# ---------------------------------------------------------------- 1. evaluation throughput
+
+
+def quick_grid_problems(count: int) -> list[dict]:
+    """``count`` problems spread evenly over the quick grid's cells, chat-templated once for every engine."""
+    from transformers import AutoTokenizer
+
+    from harness.eval import max_new_tokens
+    from harness.models import get_model, resolve_weights
+    from harness.prompts import user_message
+
+    name, config = load_config("quick")
+    spec = build_spec(name, config)
+    cells = [(task, length) for task, lengths in spec.grid for length in lengths]
+    tokenizer = AutoTokenizer.from_pretrained(resolve_weights(get_model("smollm2")))
+
+    class Counter:  # max_new_tokens() asks a backend for token counts; the tokenizer is all it needs
+        @staticmethod
+        def count_tokens(text: str) -> int:
+            return len(tokenizer(text, add_special_tokens=False)["input_ids"])
+
+    problems = []
+    for position, (task, length) in enumerate(cells):
+        share = count // len(cells) + (position < count % len(cells))
+        budget = max_new_tokens(Counter, task, spec.base, length)
+        for problem in generate(task, spec.base, length, share, spec.seed):
+            prompt = tokenizer.apply_chat_template(
+                [{"role": "user", "content": user_message(problem)}], tokenize=False, add_generation_prompt=True
+            )
+            problems.append(
+                {
+                    "cell": f"{task.label} n={length}",
+                    "prompt": prompt,
+                    "max_new_tokens": budget,
+                    "prompt_tokens": Counter.count_tokens(prompt),
+                }
+            )
+    return problems
+
+
+def run_engine(
+    engine: str, problems_file: Path, work: Path, precision: str, repeats: int, threads: int, batch_size: int
+) -> dict:
+    out = work / f"{engine}-{precision}.json"
+    command = [sys.executable, "-m", "bench.engines", "--engine", engine, "--precision", precision]
+    command += ["--problems", str(problems_file), "--repeats", str(repeats), "--threads", str(threads)]
+    command += ["--batch-size", str(batch_size)]
+    command += ["--out", str(out)]
+    result = subprocess.run(command, capture_output=True, text=True)
+    if result.returncode != 0:
+        raise RuntimeError(f"{engine} {precision} failed:\n{result.stderr[-3000:]}")
+    return json.loads(out.read_text())
+
+
+def answer_line(text: str) -> str:
+    """The part every engine's stop rule agrees on: the first non-blank line."""
+    return next((line.strip() for line in text.splitlines() if line.strip()), "")
+
+
+def bench_eval(count: int, repeats: int, threads: int, batch_size: int, work: Path) -> dict:
+    from transformers import AutoTokenizer
+
+    from harness.models import get_model, resolve_weights
+    from scratch.train import measure_matmul_flops
+
+    problems = quick_grid_problems(count)
+    problems_file = work / "problems.json"
+    problems_file.write_text(json.dumps(problems))
+    log(f"eval: {len(problems)} problems over {len({p['cell'] for p in problems})} cells, {repeats} rounds")
+    rounds: dict[str, list[dict]] = {"numprec": [], "lm-eval": [], "llamacpp": []}
+    for round_index in range(repeats):  # interleaved, so load on the machine hits every engine alike
+        for engine, precision, key in (
+            ("numprec", "fp32", "numprec"),
+            ("lm-eval", "fp32", "lm-eval"),
+            ("numprec", "gguf-q4_1", "llamacpp"),
+        ):
+            result = run_engine(engine, problems_file, work, precision, 1, threads, batch_size)
+            rounds[key].append(result)
+            log(f"eval round {round_index + 1}: {key} {result['seconds'][0]:.1f} s")
+    import torch
+
+    torch.set_num_threads(threads)
+    gemm = median([measure_matmul_flops(torch.float32, size=1024, seconds=1.0) for _ in range(3)])
+    tokenizer = AutoTokenizer.from_pretrained(resolve_weights(get_model("smollm2")))
+    summary: dict = {
+        "problems": len(problems),
+        "threads": threads,
+        "batch_size": batch_size,
+        "rounds": repeats,
+        "gemm_fp32_flops": gemm,
+    }
+    for key, results in rounds.items():
+        seconds = median([r["seconds"][0] for r in results])
+        summary[key] = {
+            "seconds": seconds,
+            "seconds_all": [r["seconds"][0] for r in results],
+            "prompts_per_s": len(problems) / seconds,
+            "generated_tokens": results[0]["generated_tokens"],
+            "tokens_per_s": results[0]["generated_tokens"] / seconds,
+            "peak_rss_mb": max(r["peak_rss_mb"] for r in results),
+            "footprint_mb": results[0]["footprint_mb"],
+        }
+    ours, theirs = rounds["numprec"][0]["outputs"], rounds["lm-eval"][0]["outputs"]
+    same = [answer_line(a) == answer_line(b) for a, b in zip(ours, theirs, strict=True)]
+    summary["identical_outputs"] = sum(same)
+    summary["identical_outputs_of"] = len(same)
+    summary["differing_examples"] = [
+        {"cell": p["cell"], "numprec": a, "lm_eval": b}
+        for p, a, b, s in zip(problems, ours, theirs, same, strict=True)
+        if not s
+    ][:5]
+    pairs = [b["seconds"][0] / a["seconds"][0] for a, b in zip(rounds["numprec"], rounds["lm-eval"], strict=True)]
+    summary["speedup_vs_lm_eval"] = median(pairs)
+    summary["speedup_vs_lm_eval_all"] = pairs
+    # FLOP-bound rate: every fed token (suffix + generated) costs 2 FLOPs per weight; prefixes once per cell.
+    flops = flops_of_work(problems, ours, tokenizer)
+    summary["flops_needed"] = flops
+    summary["flop_bound_seconds"] = flops / gemm
+    summary["fraction_of_flop_bound"] = (flops / gemm) / summary["numprec"]["seconds"]
+    return summary
+
+
+def flops_of_work(problems: list[dict], outputs: list[str], tokenizer) -> float:
+    from transformers import AutoConfig
+
+    from harness.models import get_model, resolve_weights
+
+    config = AutoConfig.from_pretrained(resolve_weights(get_model("smollm2")))
+    d, ff, layers = config.hidden_size, config.intermediate_size, config.num_hidden_layers
+    kv = d // config.num_attention_heads * config.num_key_value_heads
+    per_token = 2 * (layers * (2 * d * d + 2 * d * kv + 3 * d * ff) + d * config.vocab_size)
+    by_cell: dict[str, list[list[int]]] = {}
+    generated = 0
+    for problem, output in zip(problems, outputs, strict=True):
+        by_cell.setdefault(problem["cell"], []).append(
+            tokenizer(problem["prompt"], add_special_tokens=False)["input_ids"]
+        )
+        generated += len(tokenizer(output, add_special_tokens=False)["input_ids"])
+    fed = generated
+    for prompts in by_cell.values():
+        prefix = len(os.path.commonprefix(prompts))
+        fed += prefix + sum(len(p) - prefix for p in prompts)
+    return per_token * fed
+
+
+# ---------------------------------------------------------------- 2. training throughput
+
+
+def bench_train(repeats: int, threads: int, steps: int = 8) -> list[dict]:
+    """scratch's training step (the paper's model shape, d 64 and 256), timed after warm-up steps."""
+    import torch
+
+    from scratch.data import Problems
+    from scratch.numerics import autocast
+    from scratch.train import RunConfig, build, measure_matmul_flops, sequence_loss
+
+    torch.set_num_threads(threads)
+    rows = []
+    for n_embd in (64, 256):
+        for precision in ("fp32", "bf16"):
+            config = RunConfig(op="add", operands=3, base=2, length=12, precision=precision, n_embd=n_embd)
+            task = config.task()
+            model, optimizer = build(config)
+            problems = Problems(task, 0, 16)
+            flops_per_token = model.flops_per_token(task.seq_len)
+            dtype = torch.float32 if precision == "fp32" else torch.bfloat16
+            rates, gemms = [], []
+            for _ in range(repeats):
+                gemms.append(measure_matmul_flops(dtype, size=1024, seconds=1.0))
+                times, tokens = [], 0
+                for step in range(steps + 2):
+                    batch, mask = problems.train_batch(config.batch_size)
+                    started = time.perf_counter()
+                    with autocast(precision):
+                        loss = sequence_loss(model, batch, mask)
+                    optimizer.zero_grad(set_to_none=True)
+                    loss.backward()
+                    optimizer.step()
+                    if step >= 2:  # the first steps allocate and warm caches
+                        times.append(time.perf_counter() - started)
+                        tokens = batch.numel()
+                rates.append(tokens / median(times))
+            tokens_per_s, gemm = median(rates), median(gemms)
+            rows.append(
+                {
+                    "n_embd": n_embd,
+                    "precision": precision,
+                    "batch_tokens": config.batch_size * task.seq_len,
+                    "tokens_per_s": tokens_per_s,
+                    "model_flops_per_s": tokens_per_s * flops_per_token,
+                    "gemm_flops": gemm,
+                    "mfu": tokens_per_s * flops_per_token / gemm,
+                }
+            )
+            log(f"train d{n_embd} {precision}: {tokens_per_s:,.0f} tok/s, MFU {rows[-1]['mfu']:.1%}")
+    return rows
+
+
+# ---------------------------------------------------------------- 3. data generation
+
+
+def paper_algorithm_python(count: int, length: int, operands: int, base: int, seed: int) -> list[tuple[str, str]]:
+    """The paper's generator (Alg. 1) written the plain way: one sample at a time, one digit at a time."""
+    import random
+
+    rng = random.Random(seed)
+    out = []
+    for _ in range(count):
+        numbers = []
+        for _ in range(operands):
+            digits = [rng.randrange(base) for _ in range(length)]
+            while len(digits) > 1 and digits[0] == 0:  # strip leading zeros
+                digits.pop(0)
+            numbers.append(int("".join(map(str, digits)), base))
+        total = sum(numbers)
+        out.append((" + ".join(str(n) for n in numbers), str(total)))
+    return out
+
+
+def bench_data(repeats: int, count: int = 100_000) -> list[dict]:
+    from harness.problems import Task
+    from scratch.data import Arithmetic, Problems
+
+    cases = [("add", 2, 10, 10), ("iter_add", 3, 10, 10)]
+    rows = []
+    for name, operands, base, length in cases:
+        task = Task(name, operands=operands)
+
+        def numprec(task=task, base=base, length=length):
+            generate(task, base, length, count, seed=0)
+
+        scratch_problems = Problems(Arithmetic("add", base, length, operands, False), 0, 16)
+
+        def scratch_batch(problems=scratch_problems):
+            problems.train_batch(count)
+
+        def plain(operands=operands, base=base, length=length):
+            paper_algorithm_python(count, length, operands, base, 0)
+
+        timings = {}
+        for label, function in (("numprec", numprec), ("scratch", scratch_batch), ("python", plain)):
+            seconds = []
+            for _ in range(repeats):
+                started = time.perf_counter()
+                function()
+                seconds.append(time.perf_counter() - started)
+            timings[label] = count / median(seconds)
+        rows.append(
+            {
+                "task": f"{name}:{operands} base {base} length {length}",
+                "count": count,
+                "numprec_problems_per_s": timings["numprec"],
+                "scratch_problems_per_s": timings["scratch"],
+                "python_problems_per_s": timings["python"],
+                "numprec_vs_python": timings["numprec"] / timings["python"],
+                "scratch_vs_python": timings["scratch"] / timings["python"],
+            }
+        )
+        log(f"data {rows[-1]['task']}: numprec {timings['numprec']:,.0f}/s, python {timings['python']:,.0f}/s")
+    return rows
+
+
+# ---------------------------------------------------------------- 4. memory
+
+
+def bench_memory(threads: int, batch_size: int, work: Path, problems: list[dict]) -> list[dict]:
+    from harness.models import get_model, get_precision, quantized_dir
+
+    subset = work / "memory-problems.json"
+    subset.write_text(json.dumps(problems[:16]))
+    rows = []
+    for precision in MEMORY_PRECISIONS:
+        spec = get_precision(get_model("smollm2"), precision)
+        if spec.prequantized and not quantized_dir(get_model("smollm2"), spec).exists():
+            log(f"memory: {precision} skipped (make it with python -m harness.quantize --method {spec.method})")
+            continue
+        result = run_engine("numprec", subset, work, precision, 1, threads, batch_size)
+        rows.append(
+            {
+                "precision": precision,
+                "peak_rss_mb": result["peak_rss_mb"],
+                "footprint_mb": result["footprint_mb"],
+                "seconds_16_problems": result["seconds"][0],
+            }
+        )
+        log(f"memory {precision}: peak RSS {result['peak_rss_mb']:.0f} MB")
+    return rows
+
+
+# ---------------------------------------------------------------- report
+
+
+def machine() -> dict:
+    from harness.results import library_versions
+
+    cpu = next(
+        (
+            line.split(":", 1)[1].strip()
+            for line in Path("/proc/cpuinfo").read_text().splitlines()
+            if "model name" in line
+        ),
+        platform.processor(),
+    )
+    versions = library_versions()
+    from importlib.metadata import PackageNotFoundError, version
+
+    for name in ("lm_eval", "llama_cpp_python", "bitsandbytes", "compressed-tensors"):
+        with contextlib.suppress(PackageNotFoundError):
+            versions[name] = version(name)
+    return {"cpu": cpu, "cores": os.cpu_count(), "python": platform.python_version(), "versions": versions}
+
+
+def markdown(results: dict) -> str:
+    lines = ["# numprec bench", "", f"Command: `{results['command']}`  ", f"Date: {results['date']}", ""]
+    info = results["machine"]
+    lines += [f"Machine: {info['cpu']}, {info['cores']} cores, Python {info['python']}  "]
+    lines += ["Libraries: " + ", ".join(f"{k} {v}" for k, v in sorted(info["versions"].items())), ""]
+    if "eval" in results:
+        e = results["eval"]
+        lines += [
+            f"## Evaluation throughput ({e['problems']} problems of the quick grid, fp32 greedy, {e['threads']} "
+            f"thread(s), batch size {e['batch_size']} for every engine, median of {e['rounds']} interleaved rounds)",
+            "",
+            "| engine | seconds | prompts/s | generated tokens/s | peak RSS MB |",
+            "|---|---:|---:|---:|---:|",
+        ]
+        names = {
+            "numprec": "numprec (transformers)",
+            "lm-eval": "lm-eval HF generate_until",
+            "llamacpp": "numprec llama.cpp Q4_1",
+        }
+        for key, label in names.items():
+            r = e[key]
+            speed = f"{r['seconds']:.1f} | {r['prompts_per_s']:.2f} | {r['tokens_per_s']:.1f}"
+            lines.append(f"| {label} | {speed} | {r['peak_rss_mb']:.0f} |")
+        lines += [
+            "",
+            f"- **speedup_vs_lm_eval: {e['speedup_vs_lm_eval']:.2f}x** (per round: "
+            + ", ".join(f"{x:.2f}" for x in e["speedup_vs_lm_eval_all"])
+            + ")",
+            f"- **identical_outputs: {e['identical_outputs']} of {e['identical_outputs_of']}** (answer lines)",
+            f"- numprec runs at {e['fraction_of_flop_bound']:.1%} of the FLOP-bound rate: the work needs "
+            f"{e['flops_needed'] / 1e12:.2f} TFLOP, {e['flop_bound_seconds']:.1f} s at the measured fp32 GEMM rate "
+            f"of {e['gemm_fp32_flops'] / 1e9:.0f} GFLOP/s",
+            "",
+        ]
+    if "train" in results:
+        lines += [
+            "## scratch training throughput (paper model: depth 3, 4 heads, batch 512; 3-operand base-2 addition)",
+            "",
+            "| hidden | precision | tokens/s | model GFLOP/s | GEMM GFLOP/s (same dtype, same run) | MFU |",
+            "|---:|---|---:|---:|---:|---:|",
+        ]
+        for r in results["train"]:
+            lines.append(
+                f"| {r['n_embd']} | {r['precision']} | {r['tokens_per_s']:,.0f} | {r['model_flops_per_s'] / 1e9:.1f} | "
+                f"{r['gemm_flops'] / 1e9:.1f} | {r['mfu']:.1%} |"
+            )
+        lines.append("")
+    if "data" in results:
+        lines += [
+            "## Data generation (problems/s)",
+            "",
+            "| task | numprec harness | scratch | per-sample Python | harness / Python | scratch / Python |",
+            "|---|---:|---:|---:|---:|---:|",
+        ]
+        for r in results["data"]:
+            lines.append(
+                f"| {r['task']} | {r['numprec_problems_per_s']:,.0f} | {r['scratch_problems_per_s']:,.0f} | "
+                f"{r['python_problems_per_s']:,.0f} | {r['numprec_vs_python']:.1f}x | {r['scratch_vs_python']:.1f}x |"
+            )
+        lines.append("")
+    if "memory" in results:
+        lines += [
+            "## Peak RSS of an evaluation process (load + 16 problems)",
+            "",
+            "| precision | peak RSS MB | model footprint MB |",
+            "|---|---:|---:|",
+        ]
+        for r in results["memory"]:
+            lines.append(f"| {r['precision']} | {r['peak_rss_mb']:.0f} | {r['footprint_mb']:.0f} |")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = ArgParser(prog="python -m bench.run", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", type=Path, required=True, help="directory for results.json and results.md")
+    parser.add_argument("--only", type=name_list, help=f"sections to run (default all): {','.join(SECTIONS)}")
+    parser.add_argument("--problems", type=int, default=200, help="evaluation problems (default 200)")
+    parser.add_argument("--repeats", type=int, default=3, help="timed passes per measurement (default 3)")
+    parser.add_argument("--threads", type=int, default=1, help="threads per engine, the same for all (default 1)")
+    parser.add_argument("--batch-size", type=int, default=128, help="rows per batch, the same for all (default 128)")
+    args = parser.parse_args(argv)
+    sections = args.only or list(SECTIONS)
+    unknown = set(sections) - set(SECTIONS)
+    if unknown:
+        raise UserError(f"unknown section(s) {', '.join(sorted(unknown))}; known: {', '.join(SECTIONS)}")
+    if args.problems < 1 or args.repeats < 1 or args.threads < 1:
+        raise UserError("--problems, --repeats and --threads must be at least 1")
+    args.out.mkdir(parents=True, exist_ok=True)
+    command = "python -m bench.run " + " ".join(sys.argv[1:] if argv is None else list(argv))
+    results: dict = {"command": command, "date": time.strftime("%Y-%m-%d %H:%M"), "machine": machine()}
+    path = args.out / "results.json"
+    with tempfile.TemporaryDirectory() as scratch_dir:
+        work = Path(scratch_dir)
+        for section in sections:
+            if section == "eval":
+                results["eval"] = bench_eval(args.problems, args.repeats, args.threads, args.batch_size, work)
+            elif section == "train":
+                results["train"] = bench_train(args.repeats, args.threads)
+            elif section == "data":
+                results["data"] = bench_data(args.repeats)
+            elif section == "memory":
+                results["memory"] = bench_memory(args.threads, args.batch_size, work, quick_grid_problems(16))
+            # Written after every section: a crash later loses nothing measured.
+            path.write_text(json.dumps(results, indent=2) + "\n")
+            (args.out / "results.md").write_text(markdown(results))
+    print((args.out / "results.md").read_text())
+    return 0
+
+
+if __name__ == "__main__":
+    run(main)
