@@ -24,11 +24,22 @@ from harness.cli import ArgParser, UserError, run
 from harness.models import get_model, get_precision, variant_weights
 
 
-def by_cell(problems: list[dict]) -> dict[str, list[int]]:
+def groups_like_harness_eval(problems: list[dict], batch_size: int) -> list[list[int]]:
+    """Problem indices grouped as harness.eval groups cells (plan_groups): consecutive cells of one prompt
+    template, as many whole cells as fit in a batch."""
     cells: dict[str, list[int]] = defaultdict(list)
     for index, problem in enumerate(problems):
         cells[problem["cell"]].append(index)
-    return cells
+    groups: list[list[int]] = []
+    last_template = None
+    for indices in cells.values():
+        template = problems[indices[0]]["template"]
+        if groups and template == last_template and len(groups[-1]) + len(indices) <= batch_size:
+            groups[-1].extend(indices)
+        else:
+            groups.append(list(indices))
+        last_template = template
+    return groups
 
 
 def numprec_engine(problems: list[dict], precision_name: str, batch_size: int):
@@ -39,10 +50,10 @@ def numprec_engine(problems: list[dict], precision_name: str, batch_size: int):
     def generate() -> list[tuple[str, int]]:
         getattr(backend, "_prefixes", {}).clear()  # every pass pays for its prefixes, as a fresh run would
         outputs: list[tuple[str, int] | None] = [None] * len(problems)
-        for indices in by_cell(problems).values():
+        for indices in groups_like_harness_eval(problems, batch_size):
             prompts = [problems[i]["prompt"] for i in indices]
-            budget = problems[indices[0]]["max_new_tokens"]
-            for i, g in zip(indices, backend.generate(prompts, budget, Sampling.named("greedy")), strict=True):
+            budgets = [problems[i]["max_new_tokens"] for i in indices]
+            for i, g in zip(indices, backend.generate(prompts, budgets, Sampling.named("greedy")), strict=True):
                 outputs[i] = (g.text, g.tokens)
         return outputs  # type: ignore[return-value]
 
@@ -80,7 +91,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--precision", default="fp32")
     parser.add_argument("--problems", type=Path, required=True)
     parser.add_argument("--repeats", type=int, default=1)
-    parser.add_argument("--batch-size", type=int, default=128)
+    parser.add_argument("--batch-size", type=int, default=256)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args(argv)

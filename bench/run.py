@@ -55,7 +55,7 @@ def quick_grid_problems(count: int) -> list[dict]:
 
     from harness.eval import max_new_tokens
     from harness.models import get_model, resolve_weights
-    from harness.prompts import user_message
+    from harness.prompts import TEMPLATE_FOR_TASK, user_message
 
     name, config = load_config("quick")
     spec = build_spec(name, config)
@@ -78,6 +78,7 @@ def quick_grid_problems(count: int) -> list[dict]:
             problems.append(
                 {
                     "cell": f"{task.label} n={length}",
+                    "template": TEMPLATE_FOR_TASK[task.name],
                     "prompt": prompt,
                     "max_new_tokens": budget,
                     "prompt_tokens": Counter.count_tokens(prompt),
@@ -438,7 +439,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--problems", type=int, default=200, help="evaluation problems (default 200)")
     parser.add_argument("--repeats", type=int, default=3, help="timed passes per measurement (default 3)")
     parser.add_argument("--threads", type=int, default=1, help="threads per engine, the same for all (default 1)")
-    parser.add_argument("--batch-size", type=int, default=128, help="rows per batch, the same for all (default 128)")
+    parser.add_argument("--batch-size", type=int, default=256, help="rows per batch, the same for all (default 256)")
     args = parser.parse_args(argv)
     sections = args.only or list(SECTIONS)
     unknown = set(sections) - set(SECTIONS)

@@ -57,7 +57,7 @@ class EvalConfig(StrictModel):
     samples: int = 100
     decoding: Literal["greedy", "paper"] = "greedy"
     seed: int = 0
-    batch_size: int = 128
+    batch_size: int = 256
     backend: Literal["hf", "llamacpp", "vllm"] | None = None  # None: what each precision needs, else hf
     tensor_parallel_size: int = 1  # vllm only
 
