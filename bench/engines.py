@@ -24,6 +24,15 @@ from harness.cli import ArgParser, UserError, run
 from harness.models import get_model, get_precision, variant_weights
 
 
+def peak_rss_mb() -> float:
+    """This process's own high-water resident set (VmHWM). getrusage's ru_maxrss is not enough: it keeps the
+    parent's peak across fork and exec, so a child of a big parent reports the parent's figure."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
 def groups_like_harness_eval(problems: list[dict], batch_size: int) -> list[list[int]]:
     """Problem indices grouped as harness.eval groups cells (plan_groups): consecutive cells of one prompt
     template, as many whole cells as fit in a batch."""
@@ -119,7 +128,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "outputs": [text for text, _ in outputs],
         "generated_tokens": sum(tokens for _, tokens in outputs),
         "footprint_mb": footprint,
-        "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "peak_rss_mb": peak_rss_mb(),
     }
     args.out.write_text(json.dumps(result) + "\n")
     print(f"{args.engine} {args.precision}: {min(seconds):.1f} s per pass", file=sys.stderr)

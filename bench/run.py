@@ -360,7 +360,9 @@ def machine() -> dict:
 
 
 def markdown(results: dict) -> str:
-    lines = ["# numprec bench", "", f"Command: `{results['command']}`  ", f"Date: {results['date']}", ""]
+    lines = ["# numprec bench", "", "Produced by:", ""]
+    lines += [f"- `{run['command']}` ({run['date']}: {', '.join(run['sections'])})" for run in results["runs"]]
+    lines.append("")
     info = results["machine"]
     lines += [f"Machine: {info['cpu']}, {info['cores']} cores, Python {info['python']}  "]
     lines += ["Libraries: " + ", ".join(f"{k} {v}" for k, v in sorted(info["versions"].items())), ""]
@@ -449,8 +451,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         raise UserError("--problems, --repeats and --threads must be at least 1")
     args.out.mkdir(parents=True, exist_ok=True)
     command = "python -m bench.run " + " ".join(sys.argv[1:] if argv is None else list(argv))
-    results: dict = {"command": command, "date": time.strftime("%Y-%m-%d %H:%M"), "machine": machine()}
     path = args.out / "results.json"
+    # Sections not run this time are kept from an earlier results.json in the same directory.
+    results: dict = json.loads(path.read_text()) if path.exists() else {}
+    runs = results.get("runs") or (
+        [{"command": results["command"], "sections": [k for k in SECTIONS if k in results], "date": results["date"]}]
+        if results
+        else []
+    )
+    runs.append({"command": command, "sections": sections, "date": time.strftime("%Y-%m-%d %H:%M")})
+    results.update(runs=runs, command=command, date=runs[-1]["date"], machine=machine())
     with tempfile.TemporaryDirectory() as scratch_dir:
         work = Path(scratch_dir)
         for section in sections:
