@@ -37,8 +37,8 @@ class Processes:
             self.shard = Shard(rank=state.process_index, world=state.num_processes)
         elif os.environ.get("ACCELERATE_USE_CPU", "").lower() == "true" and os.environ.get("MASTER_ADDR"):
             print(
-                "note: accelerate launch --cpu starts ONE process unless mpirun runs it (--mpirun_hostfile); for "
-                "N processes on one machine use: accelerate launch --config_file finetune/accelerate/cpu_ddp.yaml "
+                "note: accelerate launch --cpu starts ONE process unless mpirun runs it (add --mpirun_hostfile FILE, "
+                "with Open MPI installed); or use: accelerate launch --config_file finetune/accelerate/cpu_ddp.yaml "
                 "--num_processes N -m harness.eval ...",
                 file=sys.stderr,
             )

@@ -1,9 +1,12 @@
 """Data-parallel evaluation: two processes under accelerate write what one process writes."""
 
 import csv
+import shutil
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 from harness.results import COLUMNS
 
@@ -18,22 +21,38 @@ def rows_without_timing(path: Path) -> list[dict]:
         return [{k: v for k, v in row.items() if k not in TIMING} for row in csv.DictReader(handle)]
 
 
-def test_two_processes_match_one_row_for_row(tmp_path):
+ACCELERATE = str(Path(sys.executable).parent / "accelerate")
+LAUNCHERS = {
+    # accelerate's torchrun launcher: no MPI needed
+    "torchrun": [ACCELERATE, "launch", "--config_file", "finetune/accelerate/cpu_ddp.yaml", "--num_processes", "2"],
+    # accelerate's own --cpu launcher: more than one process only through mpirun
+    "cpu-mpirun": [ACCELERATE, "launch", "--cpu", "--num_processes", "2", "--mpirun_hostfile", "HOSTFILE"],
+}
+
+
+@pytest.mark.parametrize("launcher", sorted(LAUNCHERS))
+def test_two_processes_match_one_row_for_row(tmp_path, launcher):
+    if launcher == "cpu-mpirun" and not shutil.which("mpirun"):
+        pytest.skip("no mpirun: apt-get install openmpi-bin (.ci/run does)")
     single, parallel = tmp_path / "single", tmp_path / "parallel"
     result = run_module("harness.eval", *GRID, "--out", str(single))
     assert result.returncode == 0, result.stderr
-    accelerate = Path(sys.executable).parent / "accelerate"
-    launch = [str(accelerate), "launch", "--config_file", "finetune/accelerate/cpu_ddp.yaml", "--num_processes", "2"]
+    hostfile = tmp_path / "hostfile"
+    hostfile.write_text("localhost slots=2\n")
+    launch = [str(hostfile) if part == "HOSTFILE" else part for part in LAUNCHERS[launcher]]
+    # Open MPI refuses root unless told; CI containers run as root.
+    env = {**command_env(), "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
     result = subprocess.run(
         [*launch, "-m", "harness.eval", *GRID, "--out", str(parallel)],
         capture_output=True,
         text=True,
         timeout=900,
         cwd=ROOT,
-        env=command_env(),
+        env=env,
     )
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stdout.count("wrote ") == 1, "only the main process reports"
+    assert "starts ONE process" not in result.stderr, "two processes really ran"
     expected = rows_without_timing(single / "results.csv")
     assert len(expected) == 4 and set(expected[0]) == set(COLUMNS) - TIMING
     assert rows_without_timing(parallel / "results.csv") == expected
