@@ -119,7 +119,7 @@ needs_quantize_env = pytest.mark.skipif(
 def gptq_checkpoint(tmp_path_factory):
     out = tmp_path_factory.mktemp("gptq") / "smollm2-gptq"
     result = run_module(
-        "harness.quantize", "--model", "smollm2", "--method", "gptq", "--samples", "16", "--out", str(out)
+        "harness.quantize", "--model", "smollm2", "--method", "gptq", "--samples", "8", "--out", str(out)
     )
     assert result.returncode == 0, result.stderr[-3000:]
     return out
@@ -131,7 +131,7 @@ def test_gptq_checkpoint_is_4bit_and_is_evaluated(gptq_checkpoint, tmp_path):
     weights = next(iter(config["config_groups"].values()))["weights"]
     assert config["quant_method"] == "compressed-tensors" and weights["num_bits"] == 4 and weights["group_size"] == 64
     info = json.loads((gptq_checkpoint / "numprec_quantize.json").read_text())
-    assert info["calibration_samples"] == 16 and info["method"] == "gptq"
+    assert info["calibration_samples"] == 8 and info["method"] == "gptq"
     out = tmp_path / "run"
     result = run_module(
         "harness.eval",
