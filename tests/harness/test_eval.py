@@ -119,6 +119,9 @@ def start_eval_until_a_cell_is_saved(args: list[str], results, capture: bool) ->
         stdout=output,
         stderr=output,
         text=True,
+        # A runner that starts the suite in the background (`cmd &`) hands SIGINT down ignored, and Python then
+        # never raises KeyboardInterrupt; give the child the default a terminal would.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     deadline = time.time() + 600
     while time.time() < deadline and process.poll() is None:
