@@ -9,6 +9,7 @@ footprint_mb, and applies the same stop rule (``first_line_done``) to the same c
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 from harness.cli import UserError
@@ -85,6 +86,13 @@ def row_seeds(seed: int | list[int], count: int) -> list[int]:
     if isinstance(seed, int):
         return [(seed * 1_000_003 + index) % 2**63 for index in range(count)]
     return list(seed)
+
+
+def feedable_prefix(ids: list[list[int]]) -> list[int]:
+    """The longest token prefix all prompts share, less what would leave a prompt with nothing of its own to
+    feed: every row must feed at least one token beyond the shared prefix."""
+    prefix = os.path.commonprefix(ids)
+    return prefix[: min(len(prefix), min(len(x) for x in ids) - 1)]
 
 
 def first_line_done(text: str) -> bool:

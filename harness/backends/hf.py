@@ -22,6 +22,7 @@ from harness.backends import (
     Generation,
     Sampling,
     Shard,
+    feedable_prefix,
     first_line_done,
     per_prompt,
     row_seeds,
@@ -83,9 +84,7 @@ class HFBackend(ChatBackend):
         seeds only."""
         ids = [self.tokenizer(p, add_special_tokens=False)["input_ids"] for p in prompts]
         budgets, seeds = per_prompt(max_new_tokens, len(ids)), row_seeds(seed, len(ids))
-        prefix = _common_prefix(ids)
-        # Keep at least one token per prompt to feed: the model needs new input beyond the cache.
-        prefix = prefix[: min(len(prefix), min(len(x) for x in ids) - 1)]
+        prefix = feedable_prefix(ids)
         cache = self._prefix_cache(prefix)
         out: list[Generation | None] = [None] * len(ids)
         for start in range(0, len(ids), self.batch_size):
@@ -245,18 +244,6 @@ def _with_adapter(model, adapter: str, merge: bool):
         raise UserError(f"--adapter {adapter} is not a peft adapter directory (no adapter_config.json)")
     model = PeftModel.from_pretrained(model, adapter)
     return (model.merge_and_unload() if merge else model).eval()
-
-
-def _common_prefix(sequences: list[list[int]]) -> list[int]:
-    first = sequences[0]
-    length = len(first)
-    for other in sequences[1:]:
-        length = min(length, len(other))
-        for i in range(length):
-            if other[i] != first[i]:
-                length = i
-                break
-    return first[:length]
 
 
 def _as_list(value) -> list:

@@ -25,6 +25,7 @@ from harness.backends import (
     Generation,
     Sampling,
     Shard,
+    feedable_prefix,
     first_line_done,
     per_prompt,
     row_seeds,
@@ -129,8 +130,7 @@ class LlamaCppBackend(ChatBackend):
     ) -> list[Generation | None]:
         ids = [self.tokenizer(p, add_special_tokens=False)["input_ids"] for p in prompts]
         budgets, seeds = per_prompt(max_new_tokens, len(ids)), row_seeds(seed, len(ids))
-        prefix = os.path.commonprefix(ids)
-        prefix = prefix[: min(len(prefix), min(len(x) for x in ids) - 1)]  # every row feeds at least one token
+        prefix = feedable_prefix(ids)
         longest = max(len(x) for x in ids) - len(prefix)
         self._context(len(prefix) + self.batch_size * (longest + max(budgets)) + 8, self.batch_size + 1)
         memory = self.lib.llama_get_memory(self.ctx)
