@@ -13,6 +13,8 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from harness.cli import UserError, int_list
 from harness.problems import Task, check_cell, parse_task
 
+DEFAULT_RUNS = Path("runs") / "eval"  # relative to the working directory; runs/ is in .gitignore
+
 
 class StrictModel(BaseModel):
     """A config section: unknown keys are an error, so a typo cannot pass silently."""
@@ -89,10 +91,12 @@ class RunSpec:
         return {"samples": self.samples, "seed": self.seed, "decoding": self.decoding}
 
     def default_out(self) -> Path:
+        """runs/eval/CONFIG-DECODING-nN-seedS: git-ignored, so a run never resumes into (or edits) the committed
+        reference results under reports/, which are written with an explicit --out."""
         name = f"{self.config_name}-{self.decoding}-n{self.samples}-seed{self.seed}"
         if self.model_path:  # other weights under the same model name: never resume into the registry's cells
             name += "-" + Path(self.model_path).name
-        return Path("reports") / name
+        return DEFAULT_RUNS / name
 
     def describe(self) -> dict:
         return {

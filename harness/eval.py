@@ -27,6 +27,7 @@ from harness.models import (
     ModelSpec,
     PrecisionSpec,
     check_hardware,
+    check_transformers_can_read,
     check_weights,
     get_model,
     get_precision,
@@ -72,6 +73,8 @@ def plan_variants(spec: RunSpec) -> list[Variant]:
             backend = backend_for(spec.backend, precision)
             check_hardware(model, precision, backend)
             check_weights(model, spec.model_path, precision)
+            if backend == "hf" and precision.prequantized:
+                check_transformers_can_read(variant_weights(model, precision, spec.model_path, prepare=False))
             if model.needs_adapter and not spec.adapter:
                 raise UserError(
                     f"{model.name} evaluates a fine-tuned adapter; pass --adapter PATH "
@@ -196,7 +199,7 @@ def score_cell(backend, cell: Cell, spec: RunSpec, generations, wall: float, tok
         model=variant.model.name,
         precision=precision.name,
         weight_dtype=precision.weight_dtype,
-        activation_dtype=precision.activation_dtype,
+        activation_dtype=backend.activation_dtype,
         task=task.name,
         operands=task.operands,
         base=spec.base,
@@ -219,6 +222,7 @@ def score_cell(backend, cell: Cell, spec: RunSpec, generations, wall: float, tok
         gen_tokens=tokens,
         wall_s=wall,
         tokens_per_s=tokens_per_s,
+        kernel=backend.kernel,
     )
     return row, samples
 
@@ -290,10 +294,12 @@ def evaluate(spec: RunSpec, command: str) -> RunDir | None:
                     f"[{row.ci_low:.3f}, {row.ci_high:.3f}]  ({row.tokens_per_s:.0f} tok/s)"
                 )
             write_reports(run_dir.path, run_dir.rows, commands)
+        if run_dir is not None:
+            write_reports(run_dir.path, run_dir.rows, commands)
     finally:
         progress.close()
-    if run_dir is not None:
-        write_reports(run_dir.path, run_dir.rows, commands)
+        if run_dir is not None:
+            run_dir.close()
     return run_dir
 
 
@@ -306,7 +312,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--samples", type=int, help="problems per cell")
     parser.add_argument("--precision", type=name_list, help="e.g. fp32,bf16 (default: each model's own)")
     parser.add_argument("--seed", type=int)
-    parser.add_argument("--out", type=Path, help="run directory (default: reports/CONFIG-DECODING-nN-seedS)")
+    parser.add_argument("--out", type=Path, help="run directory (default: runs/eval/CONFIG-DECODING-nN-seedS)")
     parser.add_argument(
         "--decoding",
         choices=["greedy", "paper"],

@@ -101,11 +101,26 @@ def check_hardware(model: ModelSpec, precision: PrecisionSpec, backend: str = "h
 
 
 def quiet_transformers() -> None:
-    """Our progress bar is the one that counts problems; transformers' loading bars and notices are noise."""
+    """Our progress bar is the one that counts problems; transformers' loading bars and notices are noise, and so
+    are torchao's notes (imported by gptqmodel) on CUDA-only libraries it cannot load."""
+    import logging
+
     from transformers.utils import logging as hf_logging
 
     hf_logging.set_verbosity_error()
     hf_logging.disable_progress_bar()
+    for name in ("torchao", "torch.utils._pytree"):
+        logging.getLogger(name).setLevel(logging.ERROR)
+
+
+def quiet_gptqmodel() -> None:
+    """gptqmodel (which transformers loads AWQ checkpoints through) prints a banner and kernel notices through
+    logbar at INFO; its shared logger, made here before gptqmodel's import, keeps the level set here."""
+    import logging
+
+    from logbar import LogBar
+
+    LogBar.shared().setLevel(logging.WARNING)
 
 
 def cache_root() -> Path:
@@ -208,6 +223,21 @@ def check_quantized_checkpoint(path: Path, precision: PrecisionSpec) -> None:
     recorded = quantization_summary(config)
     if recorded.get("bits") not in (None, precision.weight_bits):
         raise UserError(f"{path} is a {recorded['bits']}-bit checkpoint, not {precision.name}")
+
+
+def check_transformers_can_read(path: str) -> None:
+    """transformers 5.23 with compressed-tensors 0.19 cannot load an asymmetric (zero-point) compressed-tensors
+    checkpoint: it packs the zero points and then rejects their shape (seen with llm-compressor's AWQ output).
+    AutoAWQ's format holds the same codes and loads through gptqmodel."""
+    config = _quantization_config(Path(path)) if Path(path, "config.json").is_file() else None
+    if not config or config.get("quant_method") != "compressed-tensors":
+        return
+    groups = (config.get("config_groups") or {}).values()
+    if any(not (group.get("weights") or {}).get("symmetric", True) for group in groups):
+        raise UserError(
+            f"{path} is an asymmetric compressed-tensors checkpoint, which transformers cannot load; write it in "
+            "AutoAWQ format (python -m harness.quantize --method awq, the default --format autoawq)"
+        )
 
 
 def quantization_summary(config: dict) -> dict:

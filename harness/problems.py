@@ -10,8 +10,7 @@ Reproducibility: each cell (task, base, length) draws from its own stream, seede
 a stable hash of the cell, so a cell's problems do not depend on which other cells run or in what
 order, and the first k of ``count`` problems are the same for every count >= k.
 
-    python -m harness.problems --task iter_add --operands 3 --length 5 --base 10 --count 1000 \\
-        --seed 0 --out problems.jsonl
+    python -m harness.problems --task iter_add:3 --length 5 --base 10 --count 1000 --seed 0 --out problems.jsonl
 """
 
 from __future__ import annotations
@@ -29,6 +28,10 @@ from harness.cli import ArgParser, UserError, run
 
 DIGITS = "0123456789abcdefghijklmnopqrstuvwxyz"
 MIN_BASE, MAX_BASE = 2, len(DIGITS)
+# Far beyond any model's context (the paper's longest LLM operands have 13 digits), and within Python's
+# integer-to-string limit (4,300 digits) for a product of two operands in any base.
+MAX_LENGTH = 1000
+MAX_DIGITS_DRAWN = 200_000_000  # count x operands x length: 1.6 GB of digits at once
 OPERATORS = {"add": "+", "iter_add": "+", "mul": "*"}  # '*' as in the paper's multiplication prompt
 
 
@@ -120,6 +123,10 @@ def check_cell(base: int, length: int) -> None:
         raise UserError(f"base must be between {MIN_BASE} and {MAX_BASE}, got {base}")
     if length < 1:
         raise UserError(f"length must be at least 1 digit, got {length}")
+    if length > MAX_LENGTH:
+        raise UserError(
+            f"length must be at most {MAX_LENGTH} digits (longer operands exceed every model's context), got {length}"
+        )
 
 
 def cell_rng(seed: int, task: Task, base: int, length: int, stream: str = "eval") -> np.random.Generator:
@@ -139,6 +146,11 @@ def draw_digits(seed: int, task: Task, base: int, length: int, count: int, strea
     check_cell(base, length)
     if count < 1:
         raise UserError(f"count must be at least 1, got {count}")
+    if count * task.operands * length > MAX_DIGITS_DRAWN:
+        raise UserError(
+            f"{count} problems of {task.operands} x {length} digits exceed {MAX_DIGITS_DRAWN:,} digits "
+            "(memory); draw them in several runs with --seed"
+        )
     # Filled in C order from one stream, so problem i never depends on how many follow it.
     return cell_rng(seed, task, base, length, stream).integers(0, base, size=(count, task.operands, length))
 
@@ -197,16 +209,16 @@ def load_dataset(path: str | Path):
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = ArgParser(prog="python -m harness.problems", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--task", required=True, choices=sorted(OPERATORS))
-    parser.add_argument("--operands", type=int, default=2, help="number of operands (iter_add: K)")
-    parser.add_argument("--truncate", type=int, default=None, help="mul only: keep the L least significant digits")
+    parser.add_argument(
+        "--task", required=True, type=parse_task, help="add, iter_add:K, mul or mul:trunc=L (as harness.eval takes)"
+    )
     parser.add_argument("--length", type=int, required=True, help="digits per operand (at most)")
     parser.add_argument("--base", type=int, default=10)
     parser.add_argument("--count", type=int, default=1000)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", type=Path, required=True, help="JSON-lines file to write")
     args = parser.parse_args(argv)
-    task = Task(args.task, args.operands, args.truncate)
+    task = args.task
     problems = generate(task, args.base, args.length, args.count, args.seed)
     try:
         args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -1,7 +1,13 @@
-"""Make a W4A16 GPTQ or AWQ checkpoint of a registered model with llm-compressor (compressed-tensors format).
+"""Make a W4A16 GPTQ or AWQ checkpoint of a registered model with llm-compressor.
 
-    python -m harness.quantize --model smollm2 --method gptq --bits 4 --group-size 128
-    python -m harness.eval --precision gptq-w4          # finds it in the cache; or --model-path DIR
+    python -m harness.quantize --model smollm2 --method gptq --bits 4 --group-size 64
+    python -m harness.quantize --model smollm2 --method awq --bits 4 --group-size 64 --samples 64
+    python -m harness.eval --precision gptq-w4,awq-w4   # finds them in the cache; or --model-path DIR
+
+GPTQ checkpoints are written as compressed-tensors. AWQ checkpoints are written by default in AutoAWQ's
+GEMM format (``harness/autoawq.py``): the format of the paper's int4 Llama, which transformers loads
+through gptqmodel's AWQ kernels, so ``awq-w4`` on the default model takes the ``llama-int4`` preset's own
+loading path; ``--format compressed-tensors`` keeps llm-compressor's format instead.
 
 Calibration uses problems this project generates (the paper's tasks and few-shot prompts, answered
 correctly), drawn from a "calibration" stream and disjoint from the problems harness.eval scores; no hub
@@ -22,6 +28,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from harness.autoawq import require_gptqmodel
 from harness.cli import ArgParser, UserError, run
 from harness.models import ModelSpec, get_model, get_precision, quantized_dir, resolve_weights
 from harness.problems import heldout_problems, parse_task
@@ -29,6 +36,7 @@ from harness.prompts import user_message
 
 QUANTIZE_ENV = Path(__file__).resolve().parent.parent / ".venv-quantize"
 METHODS = {"gptq": "gptq-w4", "awq": "awq-w4"}
+FORMATS = ("compressed-tensors", "autoawq")
 CALIBRATION_TASKS = ("add", "iter_add:3", "mul")
 
 
@@ -174,6 +182,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--samples", type=int, default=256, help="calibration problems (default 256)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", type=Path, help="checkpoint directory (default: where harness.eval looks)")
+    parser.add_argument(
+        "--format", choices=FORMATS, help="checkpoint format (default: autoawq for awq, compressed-tensors for gptq)"
+    )
     args = parser.parse_args(argv)
     model = get_model(args.model)
     precision = get_precision(model, METHODS[args.method])
@@ -189,14 +200,40 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"--group-size {group_size} differs from {args.model}'s registered {precision.name} "
             f"(group {precision.group_size}); pass --out DIR and evaluate it with --model-path DIR"
         )
+    checkpoint_format = args.format or ("autoawq" if args.method == "awq" else "compressed-tensors")
+    if checkpoint_format == "autoawq":
+        if args.method != "awq":
+            raise UserError("--format autoawq holds AWQ checkpoints; GPTQ is written as compressed-tensors")
+        require_gptqmodel()  # the conversion packs with gptqmodel: fail now, not after the calibration
+    # llm-compressor always writes compressed-tensors; AutoAWQ is a rewrite of the same codes afterwards.
+    calibrated = out if checkpoint_format == "compressed-tensors" else out.with_name(out.name + ".compressed-tensors")
     try:
-        import llmcompressor  # noqa: F401
-    except ImportError:
-        return _hand_over(sys.argv[1:] if argv is None else list(argv))
-    out.parent.mkdir(parents=True, exist_ok=True)
-    print(f"quantizing {args.model} with {args.method} W{args.bits}A16 g{group_size} -> {out}", file=sys.stderr)
-    info = quantize(args.model, args.method, args.bits, group_size, out, args.samples, args.seed)
-    print(f"wrote {out} ({info['calibration_samples']} calibration problems, {info['seconds']:.0f} s)")
+        out.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise UserError(f"cannot write {out}: {err.strerror}; choose a writable --out") from None
+    try:
+        try:
+            import llmcompressor  # noqa: F401
+        except ImportError:
+            calibrate = ["--model", args.model, "--method", args.method, "--bits", str(args.bits)]
+            calibrate += ["--group-size", str(group_size), "--samples", str(args.samples), "--seed", str(args.seed)]
+            calibrate += ["--out", str(calibrated), "--format", "compressed-tensors"]
+            code = _hand_over(calibrate)
+            if code:
+                return code
+        else:
+            what = f"{args.model} with {args.method} W{args.bits}A16 g{group_size}"
+            print(f"quantizing {what} -> {calibrated}", file=sys.stderr)
+            info = quantize(args.model, args.method, args.bits, group_size, calibrated, args.samples, args.seed)
+            print(f"wrote {calibrated} ({info['calibration_samples']} calibration problems, {info['seconds']:.0f} s)")
+        if checkpoint_format == "autoawq":
+            from harness.autoawq import to_autoawq
+
+            converted = to_autoawq(calibrated, out)
+            print(f"wrote {out} (AutoAWQ GEMM format, {converted['layers']} layers)")
+    finally:
+        if calibrated != out:
+            shutil.rmtree(calibrated, ignore_errors=True)
     return 0
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import fcntl
 import io
 import json
 import os
@@ -53,6 +54,9 @@ class CellResult:
     gen_tokens: int
     wall_s: float
     tokens_per_s: float
+    # The code that runs the linear layers, read off the loaded model (torch.Linear, bitsandbytes.Linear4bit,
+    # gptqmodel.TorchAtenAwqLinear, llama.cpp ...): the same precision runs on other kernels on other machines.
+    kernel: str = ""
 
     @property
     def key(self) -> tuple:
@@ -62,6 +66,8 @@ class CellResult:
 
 
 COLUMNS = [f.name for f in fields(CellResult)]
+# Columns added after run directories were already written; a file without them reads them as "" (not recorded).
+LATER_COLUMNS = {"kernel"}
 _INT_COLUMNS = {f.name for f in fields(CellResult) if f.type == "int"}
 _FLOAT_COLUMNS = {f.name for f in fields(CellResult) if f.type == "float"}
 
@@ -118,7 +124,7 @@ def read_results(path: Path) -> list[CellResult]:
         return []
     with open(path, newline="", encoding="utf-8") as handle:
         reader = csv.DictReader(handle)
-        missing = set(COLUMNS) - set(reader.fieldnames or [])
+        missing = set(COLUMNS) - set(reader.fieldnames or []) - LATER_COLUMNS
         if missing:
             raise UserError(
                 f"{path} is not a numprec results file (missing {', '.join(sorted(missing))}); choose another --out"
@@ -157,6 +163,10 @@ class RunDir:
             raise UserError(
                 f"cannot write to output directory {self.path}: {err.strerror}; pass --out with a writable directory"
             ) from None
+        self._lock_fd = _lock_directory(self.path)
+        # A kill during an atomic write leaves its temporary file; with the lock held no writer is mid-write.
+        for stray in self.path.glob(".*.tmp"):
+            stray.unlink(missing_ok=True)
         self.results_path = self.path / "results.csv"
         self.samples_path = self.path / "samples.jsonl"
         self.meta_path = self.path / "run.json"
@@ -168,6 +178,12 @@ class RunDir:
         history.append({"command": command, "spec": spec})
         meta = {"identity": identity, "invocations": history, "versions": library_versions()}
         atomic_write_text(self.meta_path, json.dumps(meta, indent=2) + "\n")
+
+    def close(self) -> None:
+        """Release the directory lock (process exit releases it too, kill -9 included)."""
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)
+            self._lock_fd = None
 
     def _meta(self) -> dict:
         if not self.meta_path.exists():
@@ -223,6 +239,18 @@ class RunDir:
         self.rows.append(row)
         self.done.add(row.key)
         atomic_write_text(self.results_path, results_csv_text(self.rows))
+
+
+def _lock_directory(path: Path) -> int:
+    """One writer per run directory: an advisory lock on the directory itself (no lock file to leave behind),
+    held until close() or process exit. A second writer would duplicate or lose cells."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise UserError(f"another process is writing to {path}; wait for it to finish, or pass another --out") from None
+    return fd
 
 
 def library_versions() -> dict[str, str]:

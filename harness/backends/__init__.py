@@ -74,6 +74,11 @@ class ChatBackend:
     def count_tokens(self, text: str) -> int:
         return len(self.tokenizer(text, add_special_tokens=False)["input_ids"])
 
+    @property
+    def activation_dtype(self) -> str:
+        """The dtype the matrix multiplies consume: the precision's, unless the loaded kernel uses another."""
+        return self.precision.activation_dtype
+
 
 def per_prompt(value: int | list[int], count: int) -> list[int]:
     """A per-prompt setting (token budget, sampling seed) given once for all prompts or one per prompt."""

@@ -10,12 +10,14 @@ generate(), so that a row leaves the batch (and the KV cache) as soon as it has 
 
 from __future__ import annotations
 
+import json
 import os
 from collections import OrderedDict
 
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache
 
+from harness.autoawq import require_gptqmodel
 from harness.backends import (
     SINGLE_PROCESS,
     ChatBackend,
@@ -30,9 +32,13 @@ from harness.backends import (
 )
 from harness.backends.shared_prefix import SharedPrefix
 from harness.cli import UserError
-from harness.models import PrecisionSpec, quiet_transformers
+from harness.models import PrecisionSpec, quiet_gptqmodel, quiet_transformers
 
 TORCH_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+# Kernels that compute in another dtype than the model's. gptqmodel's CPU AWQ kernel casts activations and scales
+# to bfloat16 for aten's int4 matmul (_weight_int4pack_mm_for_cpu), so "awq-w4" on a CPU is W4A16 in bf16, not fp16
+# (tests/harness/test_autoawq.py observes it).
+KERNEL_ACTIVATION_DTYPE = {"gptqmodel.TorchAtenAwqLinear": "bfloat16"}
 
 
 class HFBackend(ChatBackend):
@@ -52,7 +58,8 @@ class HFBackend(ChatBackend):
         self.batch_size = batch_size
         self.device = "cuda" if torch.cuda.is_available() else "cpu"
         self.tokenizer = AutoTokenizer.from_pretrained(weights)
-        self.model = AutoModelForCausalLM.from_pretrained(weights, **_load_kwargs(precision, self.device)).eval()
+        load_kwargs = _load_kwargs(precision, self.device, weights)
+        self.model = AutoModelForCausalLM.from_pretrained(weights, **load_kwargs).eval()
         if adapter:
             # Fold LoRA into unquantized weights (same outputs, no adapter overhead); a 4-bit base keeps it apart,
             # as merging would requantize the base.
@@ -69,6 +76,14 @@ class HFBackend(ChatBackend):
     @property
     def footprint_mb(self) -> float:
         return self.model.get_memory_footprint() / 2**20
+
+    @property
+    def kernel(self) -> str:
+        return linear_kernel(self.model)
+
+    @property
+    def activation_dtype(self) -> str:
+        return KERNEL_ACTIVATION_DTYPE.get(self.kernel, self.precision.activation_dtype)
 
     def generate(
         self,
@@ -183,6 +198,19 @@ class HFBackend(ChatBackend):
         return generated
 
 
+def linear_kernel(model: torch.nn.Module) -> str:
+    """The module class that runs the decoder's linear layers, as the loaded model has it: torch.Linear for casts,
+    bitsandbytes.Linear4bit, gptqmodel.TorchAtenAwqLinear (AWQ on CPU) or a CUDA kernel class on a GPU, with
+    "+compressed-tensors" where compressed-tensors unpacks 4-bit weights for torch's own matmul."""
+    for name, module in model.named_modules():
+        if name.endswith("self_attn.q_proj"):
+            module = getattr(module, "base_layer", module)  # a peft LoRA wrapper around the quantized layer
+            kind = type(module)
+            label = f"{kind.__module__.split('.')[0]}.{kind.__name__}"
+            return label + ("+compressed-tensors" if hasattr(module, "quantization_scheme") else "")
+    return "unknown"
+
+
 def _store_linear_weights_transposed(model: torch.nn.Module) -> None:
     """Keep each Linear's weight as the transposed view of an [in, out] array: F.linear then hands the CPU
     GEMM a plain row-major right operand, 1.4-1.8x faster for the few-row products of decoding (measured here
@@ -211,7 +239,15 @@ def _warpers(sampling: Sampling):
     )
 
 
-def _load_kwargs(precision: PrecisionSpec, device: str) -> dict:
+def _quantization_method(weights: str) -> str | None:
+    config = os.path.join(weights, "config.json")
+    if not os.path.isfile(config):
+        return None
+    with open(config, encoding="utf-8") as handle:
+        return (json.load(handle).get("quantization_config") or {}).get("quant_method")
+
+
+def _load_kwargs(precision: PrecisionSpec, device: str, weights: str) -> dict:
     if precision.method == "cast":
         return {"dtype": TORCH_DTYPES[precision.weight_dtype], "device_map": device}
     if precision.method == "bnb":
@@ -229,8 +265,11 @@ def _load_kwargs(precision: PrecisionSpec, device: str) -> dict:
         quant = BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_compute_dtype=dtype)
         return {"quantization_config": quant, "device_map": device}
     if precision.prequantized:
-        # The checkpoint carries its quantization_config: compressed-tensors (llm-compressor's GPTQ/AWQ) or an
-        # AutoAWQ/GPTQ checkpoint, which transformers 5 reads through gptqmodel.
+        # The checkpoint carries its quantization_config: compressed-tensors (llm-compressor's GPTQ) or an
+        # AutoAWQ/GPTQ checkpoint, which transformers 5 reads through gptqmodel (the llama-int4 preset's path).
+        if _quantization_method(weights) in ("awq", "gptq"):
+            require_gptqmodel()
+            quiet_gptqmodel()
         return {"dtype": TORCH_DTYPES[precision.activation_dtype], "device_map": device}
     raise UserError(f"precision {precision.name} (method {precision.method}) has no transformers loader")
 

@@ -100,6 +100,10 @@ class LlamaCppBackend(ChatBackend):
     def footprint_mb(self) -> float:
         return self.lib.llama_model_size(self.model) / 2**20
 
+    @property
+    def kernel(self) -> str:
+        return "llama.cpp ggml-" + ("gpu" if self.lib.llama_supports_gpu_offload() else "cpu")
+
     def _context(self, cells: int, sequences: int):
         """A context whose unified KV cache holds ``cells`` tokens; made again only when too small."""
         lib = self.lib

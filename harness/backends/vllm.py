@@ -62,6 +62,12 @@ class VLLMBackend(ChatBackend):
         """Size of the weights as stored (vLLM does not report its resident weight size through the API)."""
         return sum(f.stat().st_size for f in Path(self.weights).glob("*.safetensors")) / 2**20
 
+    @property
+    def kernel(self) -> str:
+        """vLLM's quantization kernel as its engine resolved it (e.g. awq_marlin), else its dense path."""
+        config = getattr(getattr(self.llm, "llm_engine", None), "model_config", None)
+        return f"vllm {getattr(config, 'quantization', None) or 'dense'}"
+
     def generate(
         self,
         prompts: list[str],

@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from tests.devices import without_cuda
 from tests.harness.helpers import assert_user_error, run_module
 
 TINY = """
@@ -88,7 +89,7 @@ def test_resume_continues_from_the_last_checkpoint(tmp_path):
         ("method: dora\n", "method"),
         ("task: sub\n", "unknown task 'sub'"),
         ("model: gpt-7\n", "unknown model 'gpt-7'"),
-        ("model: llama-bf16\n", "CUDA GPU"),
+        pytest.param("model: llama-bf16\n", "CUDA GPU", marks=without_cuda),
         ("train: {lr: 1}\n", "train.lr"),
     ],
 )

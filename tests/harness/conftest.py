@@ -1,5 +1,7 @@
 import pytest
 
+from .helpers import run_module
+
 
 @pytest.fixture(scope="session")
 def smollm2_fp32():
@@ -9,3 +11,14 @@ def smollm2_fp32():
 
     model = get_model("smollm2")
     return HFBackend(resolve_weights(model), get_precision(model, "fp32"), batch_size=16)
+
+
+@pytest.fixture(scope="session")
+def gptq_checkpoint(tmp_path_factory):
+    """A real GPTQ W4A16 g64 checkpoint of the default model (llm-compressor, 8 calibration problems)."""
+    out = tmp_path_factory.mktemp("gptq") / "smollm2-gptq"
+    result = run_module(
+        "harness.quantize", "--model", "smollm2", "--method", "gptq", "--samples", "8", "--out", str(out)
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    return out

@@ -5,6 +5,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+from harness.quantize import QUANTIZE_ENV
+
+needs_quantize_env = pytest.mark.skipif(
+    not (QUANTIZE_ENV / "bin" / "python").exists(), reason="run scripts/setup_quantize.sh (CI does)"
+)
+
 ROOT = Path(__file__).resolve().parents[2]
 
 

@@ -102,9 +102,7 @@ def test_cli_writes_problems_that_load_as_a_dataset(tmp_path):
     result = run_module(
         "harness.problems",
         "--task",
-        "iter_add",
-        "--operands",
-        "3",
+        "iter_add:3",
         "--length",
         "5",
         "--base",
@@ -130,9 +128,7 @@ def test_cli_writes_problems_that_load_as_a_dataset(tmp_path):
     run_module(
         "harness.problems",
         "--task",
-        "iter_add",
-        "--operands",
-        "3",
+        "iter_add:3",
         "--length",
         "5",
         "--count",
@@ -141,3 +137,16 @@ def test_cli_writes_problems_that_load_as_a_dataset(tmp_path):
         str(again),
     )
     assert again.read_bytes() == out.read_bytes(), "same seed, same file"
+
+
+def test_cli_takes_the_task_syntax_of_harness_eval(tmp_path):
+    """One task syntax everywhere: mul:trunc=L writes the L least significant digits, zeros kept."""
+    out = tmp_path / "trunc.jsonl"
+    result = run_module(
+        "harness.problems", "--task", "mul:trunc=3", "--length", "4", "--count", "50", "--out", str(out)
+    )
+    assert result.returncode == 0, result.stderr
+    records = [json.loads(line) for line in out.read_text().splitlines()]
+    for record in records:
+        a, b = (int(x) for x in record["operands"])
+        assert record["truncate"] == 3 and record["answer"] == str(a * b % 1000).rjust(3, "0")

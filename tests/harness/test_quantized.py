@@ -9,9 +9,9 @@ from harness.backends import Sampling
 from harness.models import get_model, get_precision, variant_weights
 from harness.problems import Task, generate
 from harness.prompts import user_message
-from harness.quantize import QUANTIZE_ENV
+from tests.devices import without_cuda
 
-from .helpers import ROOT, assert_user_error, run_module
+from .helpers import ROOT, assert_user_error, needs_quantize_env, run_module
 from .test_eval import read_rows
 
 QUANTIZED_ON_CPU = ["int8", "nf4", "gguf-q8_0", "gguf-q4_0", "gguf-q4_1"]
@@ -110,20 +110,6 @@ def test_llamacpp_uses_the_same_token_ids_as_transformers(llamacpp_q8):
         assert list(buffer[:count]) == llamacpp_q8.tokenizer(prompt, add_special_tokens=False)["input_ids"]
 
 
-needs_quantize_env = pytest.mark.skipif(
-    not (QUANTIZE_ENV / "bin" / "python").exists(), reason="run scripts/setup_quantize.sh (CI does)"
-)
-
-
-@pytest.fixture(scope="module")
-def gptq_checkpoint(tmp_path_factory):
-    out = tmp_path_factory.mktemp("gptq") / "smollm2-gptq"
-    result = run_module(
-        "harness.quantize", "--model", "smollm2", "--method", "gptq", "--samples", "8", "--out", str(out)
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    return out
-
 
 @needs_quantize_env
 def test_gptq_checkpoint_is_4bit_and_is_evaluated(gptq_checkpoint, tmp_path):
@@ -199,6 +185,7 @@ def test_quantize_rejects_a_group_size_that_does_not_tile_the_layers():
     assert_user_error(result, "does not divide", "576", "64")
 
 
+@without_cuda
 def test_vllm_backend_stops_with_one_line_without_cuda():
     result = run_module("harness.eval", "--backend", "vllm", "--tasks", "add", "--lengths", "1")
     assert_user_error(result, "--backend vllm needs a CUDA GPU")

@@ -1,0 +1,188 @@
+"""AutoAWQ checkpoints through the llama-int4 preset's loading path: transformers 5 + gptqmodel's AWQ kernels.
+
+The conversion from llm-compressor's compressed-tensors output must keep every 4-bit code, zero point and
+scale; the loaded layers must compute with exactly those values; the default model in that format must be
+evaluated by harness.eval with its kernel, footprint and activation dtype recorded.
+"""
+
+import json
+import shutil
+
+import pytest
+import torch
+
+from harness.backends import Sampling
+from harness.backends.hf import HFBackend
+from harness.models import get_model, get_precision, resolve_weights
+from harness.problems import Task, generate
+from harness.prompts import user_message
+from tests.devices import HAS_CUDA
+
+from .helpers import assert_user_error, needs_quantize_env, run_module
+from .test_eval import read_rows
+
+pytest.importorskip("gptqmodel", reason="pip install -e '.[awq]' (scripts/setup.sh does)")
+
+GROUP = 32
+CPU_KERNELS = {"gptqmodel.TorchAtenAwqLinear", "gptqmodel.AwqTorchLinear", "gptqmodel.TorchFusedAwqLinear"}
+
+
+@pytest.fixture(scope="module")
+def tiny_autoawq(tmp_path_factory):
+    """A small random Llama whose linear layers hold known asymmetric int4 codes, written as llm-compressor
+    writes them (compressed-tensors pack-quantized, packed zero points) and converted to AutoAWQ; it takes the
+    default model's tokenizer, so the harness's backend runs it like any model."""
+    from compressed_tensors.compressors.pack_quantized.helpers import pack_to_int32
+    from safetensors.torch import save_file
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from harness.autoawq import to_autoawq
+
+    root = tmp_path_factory.mktemp("tiny-awq")
+    tokenizer_dir = resolve_weights(get_model("smollm2"))
+    generator = torch.Generator().manual_seed(0)
+    config = LlamaConfig(
+        vocab_size=49152,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=512,
+        tie_word_embeddings=True,
+    )
+    model = LlamaForCausalLM(config)
+    state, expected = {}, {}
+    for name, module in model.named_modules():
+        if not isinstance(module, torch.nn.Linear) or name == "lm_head":
+            continue
+        rows, cols = module.weight.shape
+        codes = torch.randint(-8, 8, (rows, cols), generator=generator, dtype=torch.int8)
+        zeros = torch.randint(-8, 8, (rows, cols // GROUP), generator=generator, dtype=torch.int8)
+        # bf16-representable fp16 scales (as from a bf16 calibration): the CPU kernel keeps its scales in bf16
+        scales = (torch.rand(rows, cols // GROUP, generator=generator) * 0.02 + 1e-3).to(torch.bfloat16).half()
+        state[f"{name}.weight_packed"] = pack_to_int32(codes, 4)
+        state[f"{name}.weight_zero_point"] = pack_to_int32(zeros, 4, packed_dim=0).contiguous()
+        state[f"{name}.weight_scale"] = scales
+        state[f"{name}.weight_shape"] = torch.tensor([rows, cols])
+        zero, scale = (torch.repeat_interleave(x.float(), GROUP, 1) for x in (zeros, scales))
+        weight = (codes.float() - zero) * scale
+        # AWQ kernels add a product of the code and a zero offset ((8 - z) * s for the CPU's aten int4 kernel),
+        # in fp16 (GPU) or bf16 (CPU), and round the output: each term by at most 2^-8 of itself, so at most
+        # a quarter of one quantization step (s) in all; a misplaced code or zero point is off by whole steps.
+        rounding = ((weight.abs() + (zero.abs() + 8) * scale) * 2**-7) + 1e-7
+        expected[name] = (weight, rounding)
+    for key, value in model.state_dict().items():
+        owner = key.rsplit(".", 1)[0]
+        if owner not in expected and key != "lm_head.weight":
+            state[key] = value.to(torch.float16)
+    source = root / "compressed-tensors"
+    source.mkdir()
+    save_file(state, source / "model.safetensors", metadata={"format": "pt"})
+    scheme = {"num_bits": 4, "type": "int", "symmetric": False, "strategy": "group", "group_size": GROUP}
+    quantization = {"group_0": {"targets": ["Linear"], "weights": scheme}}
+    settings = {"quant_method": "compressed-tensors", "format": "pack-quantized", "config_groups": quantization}
+    (source / "config.json").write_text(json.dumps({**config.to_dict(), "quantization_config": settings}))
+    for item in tokenizer_dir_files(tokenizer_dir):
+        shutil.copy2(item, source / item.name)
+    info = to_autoawq(source, root / "autoawq")
+    return root / "autoawq", expected, info
+
+
+def tokenizer_dir_files(directory):
+    from pathlib import Path
+
+    return [p for p in Path(directory).iterdir() if p.name.startswith(("tokenizer", "special_tokens", "chat_template"))]
+
+
+def test_conversion_writes_autoawq_gemm(tiny_autoawq):
+    path, expected, info = tiny_autoawq
+    config = json.loads((path / "config.json").read_text())["quantization_config"]
+    assert config == {
+        "quant_method": "awq",
+        "bits": 4,
+        "group_size": GROUP,
+        "zero_point": True,
+        "version": "gemm",
+        "modules_to_not_convert": None,
+    }
+    assert info["layers"] == len(expected) == 14 and info["max_scale_change_fp16"] == 0.0
+    from safetensors import safe_open
+
+    with safe_open(path / "model.safetensors", "pt") as tensors:
+        qweight = tensors.get_tensor("model.layers.0.mlp.down_proj.qweight")
+        assert qweight.dtype == torch.int32 and tuple(qweight.shape) == (128, 64 // 8), "[in, out/8] as AutoAWQ"
+        assert not any(key.endswith("weight_packed") for key in tensors.keys())  # noqa: SIM118 (safe_open)
+
+
+def test_loaded_layers_compute_with_exactly_the_converted_codes(tiny_autoawq):
+    """Through the harness's own loader (the llama-int4 preset's path): every layer is a gptqmodel AWQ kernel,
+    and multiplying the identity by it returns (q - z) * s for every weight, up to the kernel's fp16 rounding
+    (< 0.03 of a step): a wrong nibble order, transpose or zero-point offset would be off by whole steps."""
+    path, expected, _ = tiny_autoawq
+    awq = get_precision(get_model("smollm2"), "awq-w4")
+    backend = HFBackend(str(path), awq, batch_size=4)
+    assert backend.kernel.startswith("gptqmodel.")
+    if not HAS_CUDA:
+        assert backend.kernel in CPU_KERNELS
+    assert backend.model.dtype == torch.float16
+    layers = dict(backend.model.named_modules())
+    # What the row records as the activation dtype is what the kernel computes in: 1 + 2^-9 is a float16 but
+    # rounds to 1 in bfloat16, so the output tells which one the layer multiplied.
+    layer = layers["model.layers.0.mlp.down_proj"]
+    scaled = torch.eye(layer.in_features, dtype=torch.float16, device=backend.device) * (1 + 2**-9)
+    with torch.inference_mode():
+        ratio = (layer(scaled).float() / layer(scaled / (1 + 2**-9)).float()).nanmedian().item()
+    assert backend.activation_dtype == ("bfloat16" if ratio == 1.0 else "float16"), (backend.kernel, ratio)
+    with torch.inference_mode():
+        for name, (weight, rounding) in expected.items():
+            layer = layers[name]
+            identity = torch.eye(layer.in_features, dtype=torch.float16, device=backend.device)
+            computed = layer(identity).float().cpu().t()
+            assert (computed - weight).abs().le(rounding).all(), name
+    problems = generate(Task("add"), 10, 1, 3, seed=0)
+    outputs = backend.generate([backend.chat_prompt(user_message(p)) for p in problems], 6, Sampling.named("greedy"))
+    assert [o.tokens >= 1 for o in outputs] == [True] * 3
+
+
+@needs_quantize_env
+def test_default_model_in_autoawq_format_is_evaluated(gptq_checkpoint, tmp_path):
+    """The default model's real 4-bit checkpoint, rewritten in the paper's AutoAWQ format, runs end to end in
+    harness.eval under awq-w4 with the kernel, footprint and activation dtype that were really in force."""
+    from harness.autoawq import to_autoawq
+
+    checkpoint = tmp_path / "smollm2-autoawq"
+    info = to_autoawq(gptq_checkpoint, checkpoint)
+    assert info["layers"] == 30 * 7
+    out = tmp_path / "run"
+    args = ["--precision", "awq-w4", "--model-path", str(checkpoint), "--tasks", "add", "--lengths", "1"]
+    result = run_module("harness.eval", *args, "--samples", "8", "--out", str(out))
+    assert result.returncode == 0, result.stderr
+    assert "GPT-QModel" not in result.stdout + result.stderr, "gptqmodel's banner is kept quiet"
+    (row,) = read_rows(out / "results.csv")
+    assert (row["method"], row["weight_bits"], row["group_size"]) == ("awq", "4", "64")
+    assert row["kernel"] in CPU_KERNELS and row["activation_dtype"] in ("bfloat16", "float16")
+    assert float(row["footprint_mb"]) < 0.35 * 513, "4-bit layers and fp16 embeddings, not fp32's 513 MB"
+    assert int(row["gen_tokens"]) > 8
+
+
+def test_an_asymmetric_compressed_tensors_checkpoint_is_refused_before_loading(tiny_autoawq):
+    """transformers cannot load llm-compressor's own AWQ format (packed zero points): one line, the way out."""
+    source = tiny_autoawq[0].parent / "compressed-tensors"
+    result = run_module("harness.eval", "--precision", "awq-w4", "--model-path", str(source), "--lengths", "1")
+    assert_user_error(result, "asymmetric compressed-tensors", "--format autoawq")
+
+
+def test_autoawq_format_is_for_awq_only():
+    result = run_module("harness.quantize", "--method", "gptq", "--format", "autoawq", "--out", "/tmp/never")
+    assert_user_error(result, "--format autoawq holds AWQ checkpoints")
+
+
+@pytest.mark.gpu
+def test_on_cuda_the_awq_checkpoint_runs_on_gpu_kernels(tiny_autoawq):
+    """transformers hands the CUDA device map to gptqmodel, which must pick a GPU kernel, not the torch fallback."""
+    path, expected, _ = tiny_autoawq
+    backend = HFBackend(str(path), get_precision(get_model("smollm2"), "awq-w4"), batch_size=4)
+    assert backend.device == "cuda" and backend.kernel not in CPU_KERNELS, backend.kernel
+    layer = dict(backend.model.named_modules())["model.layers.0.mlp.down_proj"]
+    assert layer.qweight.is_cuda
