@@ -17,7 +17,9 @@ LEARNS = RunConfig(
     n_embd=128,
     n_head=4,
     steps=600,
-    batch_size=64,
+    # Batch 64 stalled on plateaus depending on the trajectory (seed 0 ended at 0.852 here and on another
+    # machine); at batch 128 seeds 0, 3, 4 and 5 all reached >= 0.994, so other CPUs' rounding has room.
+    batch_size=128,
     lr=1e-3,
     warmup_steps=50,
     seed=0,
