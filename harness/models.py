@@ -206,15 +206,33 @@ def quantized_dir(model: ModelSpec, precision: PrecisionSpec) -> Path:
     )
 
 
-def _quantization_config(path: Path) -> dict | None:
+def quantization_config(path: str | Path) -> dict | None:
+    """A checkpoint directory's quantization_config (None: unquantized, or no config.json there)."""
     import json
 
-    return json.loads((path / "config.json").read_text(encoding="utf-8")).get("quantization_config")
+    config = Path(path) / "config.json"
+    if not config.is_file():
+        return None
+    try:
+        return json.loads(config.read_text(encoding="utf-8")).get("quantization_config")
+    except (json.JSONDecodeError, UnicodeDecodeError, AttributeError):
+        raise UserError(f"{config} is not a valid model config (JSON object); fix it or pass another path") from None
+
+
+def _provenance_method(path: Path) -> str | None:
+    """The method harness.quantize calibrated with, from the note it leaves beside the weights."""
+    import json
+
+    note = path / "numprec_quantize.json"
+    try:
+        return json.loads(note.read_text(encoding="utf-8")).get("method") if note.is_file() else None
+    except (json.JSONDecodeError, UnicodeDecodeError, AttributeError):
+        return None
 
 
 def check_quantized_checkpoint(path: Path, precision: PrecisionSpec) -> None:
     """A GPTQ/AWQ precision must load a checkpoint that really is 4-bit: no fp32 directory under a w4 label."""
-    config = _quantization_config(path)
+    config = quantization_config(path)
     if not config:
         raise UserError(
             f"{path} holds an unquantized checkpoint, not {precision.name}; pass the directory "
@@ -223,13 +241,23 @@ def check_quantized_checkpoint(path: Path, precision: PrecisionSpec) -> None:
     recorded = quantization_summary(config)
     if recorded.get("bits") not in (None, precision.weight_bits):
         raise UserError(f"{path} is a {recorded['bits']}-bit checkpoint, not {precision.name}")
+    # The label names the method: AWQ checkpoints are AutoAWQ files; a GPTQ calibration is never called AWQ.
+    method = _provenance_method(path) or ("awq" if config.get("quant_method") == "awq" else None)
+    if precision.method == "awq" and config.get("quant_method") != "awq":
+        raise UserError(
+            f"{path} is not in AutoAWQ format (quant_method {config.get('quant_method')}), which awq-w4 loads "
+            "through gptqmodel; write AWQ checkpoints with python -m harness.quantize --method awq (--format autoawq)"
+        )
+    if method is not None and method != precision.method:
+        other = {"awq": "awq-w4", "gptq": "gptq-w4"}.get(method, method)
+        raise UserError(f"{path} was calibrated with {method}, not {precision.method}; use --precision {other}")
 
 
 def check_transformers_can_read(path: str) -> None:
     """transformers 5.23 with compressed-tensors 0.19 cannot load an asymmetric (zero-point) compressed-tensors
     checkpoint: it packs the zero points and then rejects their shape (seen with llm-compressor's AWQ output).
     AutoAWQ's format holds the same codes and loads through gptqmodel."""
-    config = _quantization_config(Path(path)) if Path(path, "config.json").is_file() else None
+    config = quantization_config(path)
     if not config or config.get("quant_method") != "compressed-tensors":
         return
     groups = (config.get("config_groups") or {}).values()
@@ -255,7 +283,7 @@ def quantization_summary(config: dict) -> dict:
 
 def check_unquantized(model_path: str | None) -> None:
     """A cast precision on a quantized checkpoint would label 4-bit weights fp32/bf16."""
-    if model_path and Path(model_path, "config.json").is_file() and _quantization_config(Path(model_path)):
+    if model_path and quantization_config(model_path):
         raise UserError(
             f"--model-path {model_path} is a quantized checkpoint; evaluate it with --precision gptq-w4 or awq-w4"
         )

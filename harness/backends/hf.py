@@ -10,7 +10,6 @@ generate(), so that a row leaves the batch (and the KV cache) as soon as it has 
 
 from __future__ import annotations
 
-import json
 import os
 from collections import OrderedDict
 
@@ -32,7 +31,7 @@ from harness.backends import (
 )
 from harness.backends.shared_prefix import SharedPrefix
 from harness.cli import UserError
-from harness.models import PrecisionSpec, quiet_gptqmodel, quiet_transformers
+from harness.models import PrecisionSpec, quantization_config, quiet_gptqmodel, quiet_transformers
 
 TORCH_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 # Kernels that compute in another dtype than the model's. gptqmodel's CPU AWQ kernel casts activations and scales
@@ -239,14 +238,6 @@ def _warpers(sampling: Sampling):
     )
 
 
-def _quantization_method(weights: str) -> str | None:
-    config = os.path.join(weights, "config.json")
-    if not os.path.isfile(config):
-        return None
-    with open(config, encoding="utf-8") as handle:
-        return (json.load(handle).get("quantization_config") or {}).get("quant_method")
-
-
 def _load_kwargs(precision: PrecisionSpec, device: str, weights: str) -> dict:
     if precision.method == "cast":
         return {"dtype": TORCH_DTYPES[precision.weight_dtype], "device_map": device}
@@ -267,7 +258,7 @@ def _load_kwargs(precision: PrecisionSpec, device: str, weights: str) -> dict:
     if precision.prequantized:
         # The checkpoint carries its quantization_config: compressed-tensors (llm-compressor's GPTQ) or an
         # AutoAWQ/GPTQ checkpoint, which transformers 5 reads through gptqmodel (the llama-int4 preset's path).
-        if _quantization_method(weights) in ("awq", "gptq"):
+        if (quantization_config(weights) or {}).get("quant_method") in ("awq", "gptq"):
             require_gptqmodel()
             quiet_gptqmodel()
         return {"dtype": TORCH_DTYPES[precision.activation_dtype], "device_map": device}

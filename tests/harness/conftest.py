@@ -22,3 +22,15 @@ def gptq_checkpoint(tmp_path_factory):
     )
     assert result.returncode == 0, result.stderr[-3000:]
     return out
+
+
+@pytest.fixture(scope="session")
+def awq_checkpoint(tmp_path_factory):
+    """A real AWQ W4A16 g64 checkpoint of the default model, made as a user makes one: llm-compressor's AWQ
+    (4 calibration problems) in its environment, rewritten in AutoAWQ format by harness.quantize."""
+    out = tmp_path_factory.mktemp("awq") / "smollm2-awq"
+    result = run_module(
+        "harness.quantize", "--model", "smollm2", "--method", "awq", "--samples", "4", "--out", str(out)
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    return out

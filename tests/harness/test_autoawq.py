@@ -146,16 +146,22 @@ def test_loaded_layers_compute_with_exactly_the_converted_codes(tiny_autoawq):
 
 
 @needs_quantize_env
-def test_default_model_in_autoawq_format_is_evaluated(gptq_checkpoint, tmp_path):
-    """The default model's real 4-bit checkpoint, rewritten in the paper's AutoAWQ format, runs end to end in
-    harness.eval under awq-w4 with the kernel, footprint and activation dtype that were really in force."""
-    from harness.autoawq import to_autoawq
-
-    checkpoint = tmp_path / "smollm2-autoawq"
-    info = to_autoawq(gptq_checkpoint, checkpoint)
-    assert info["layers"] == 30 * 7
+def test_harness_quantize_awq_writes_a_checkpoint_harness_eval_runs(awq_checkpoint, tmp_path):
+    """python -m harness.quantize --method awq (llm-compressor in its own environment, then the AutoAWQ rewrite)
+    and harness.eval --precision awq-w4 on it: the default model through the llama-int4 preset's loading path,
+    with the kernel, footprint and activation dtype that were really in force."""
+    config = json.loads((awq_checkpoint / "config.json").read_text())["quantization_config"]
+    assert (config["quant_method"], config["version"], config["bits"], config["group_size"]) == ("awq", "gemm", 4, 64)
+    note = json.loads((awq_checkpoint / "numprec_quantize.json").read_text())
+    assert (note["method"], note["format"], note["layers"], note["calibration_samples"]) == (
+        "awq",
+        "autoawq-gemm",
+        210,
+        4,
+    )
+    assert not list(awq_checkpoint.parent.glob("*compressed-tensors*")), "the intermediate checkpoint is removed"
     out = tmp_path / "run"
-    args = ["--precision", "awq-w4", "--model-path", str(checkpoint), "--tasks", "add", "--lengths", "1"]
+    args = ["--precision", "awq-w4", "--model-path", str(awq_checkpoint), "--tasks", "add", "--lengths", "1"]
     result = run_module("harness.eval", *args, "--samples", "8", "--out", str(out))
     assert result.returncode == 0, result.stderr
     assert "GPT-QModel" not in result.stdout + result.stderr, "gptqmodel's banner is kept quiet"
@@ -166,10 +172,20 @@ def test_default_model_in_autoawq_format_is_evaluated(gptq_checkpoint, tmp_path)
     assert int(row["gen_tokens"]) > 8
 
 
+@needs_quantize_env
+def test_a_checkpoint_is_evaluated_only_under_its_own_method(awq_checkpoint, gptq_checkpoint):
+    result = run_module("harness.eval", "--precision", "gptq-w4", "--model-path", str(awq_checkpoint))
+    assert_user_error(result, "calibrated with awq", "--precision awq-w4")
+    result = run_module("harness.eval", "--precision", "awq-w4", "--model-path", str(gptq_checkpoint))
+    assert_user_error(result, "not in AutoAWQ format", "harness.quantize --method awq")
+
+
 def test_an_asymmetric_compressed_tensors_checkpoint_is_refused_before_loading(tiny_autoawq):
     """transformers cannot load llm-compressor's own AWQ format (packed zero points): one line, the way out."""
     source = tiny_autoawq[0].parent / "compressed-tensors"
     result = run_module("harness.eval", "--precision", "awq-w4", "--model-path", str(source), "--lengths", "1")
+    assert_user_error(result, "not in AutoAWQ format", "--format autoawq")
+    result = run_module("harness.eval", "--precision", "gptq-w4", "--model-path", str(source), "--lengths", "1")
     assert_user_error(result, "asymmetric compressed-tensors", "--format autoawq")
 
 
