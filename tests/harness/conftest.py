@@ -13,24 +13,24 @@ def smollm2_fp32():
     return HFBackend(resolve_weights(model), get_precision(model, "fp32"), batch_size=16)
 
 
-@pytest.fixture(scope="session")
-def gptq_checkpoint(tmp_path_factory):
-    """A real GPTQ W4A16 g64 checkpoint of the default model (llm-compressor, 8 calibration problems)."""
-    out = tmp_path_factory.mktemp("gptq") / "smollm2-gptq"
+def quantized_checkpoint(tmp_path_factory, method: str, samples: int):
+    """Made as a user makes one: python -m harness.quantize (llm-compressor in its own environment)."""
+    out = tmp_path_factory.mktemp(method) / f"smollm2-{method}"
     result = run_module(
-        "harness.quantize", "--model", "smollm2", "--method", "gptq", "--samples", "8", "--out", str(out)
+        "harness.quantize", "--model", "smollm2", "--method", method, "--samples", str(samples), "--out", str(out)
     )
     assert result.returncode == 0, result.stderr[-3000:]
     return out
+
+
+@pytest.fixture(scope="session")
+def gptq_checkpoint(tmp_path_factory):
+    """A real GPTQ W4A16 g64 checkpoint of the default model (8 calibration problems, compressed-tensors)."""
+    return quantized_checkpoint(tmp_path_factory, "gptq", 8)
 
 
 @pytest.fixture(scope="session")
 def awq_checkpoint(tmp_path_factory):
-    """A real AWQ W4A16 g64 checkpoint of the default model, made as a user makes one: llm-compressor's AWQ
-    (4 calibration problems) in its environment, rewritten in AutoAWQ format by harness.quantize."""
-    out = tmp_path_factory.mktemp("awq") / "smollm2-awq"
-    result = run_module(
-        "harness.quantize", "--model", "smollm2", "--method", "awq", "--samples", "4", "--out", str(out)
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    return out
+    """A real AWQ W4A16 g64 checkpoint of the default model: llm-compressor's AWQ (4 calibration problems),
+    rewritten in AutoAWQ format by harness.quantize."""
+    return quantized_checkpoint(tmp_path_factory, "awq", 4)
