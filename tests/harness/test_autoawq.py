@@ -174,6 +174,22 @@ def test_harness_quantize_awq_writes_a_checkpoint_harness_eval_runs(awq_checkpoi
 
 
 @needs_quantize_env
+def test_the_llama_int4_preset_loads_the_default_models_autoawq_checkpoint(awq_checkpoint):
+    """The preset's own objects, end to end: its registry entry and precision resolve the weights (given with
+    --model-path) and the backend loads and generates; only the GPU requirement of the 8B preset is not asked."""
+    from harness.models import variant_weights
+
+    preset = get_model("llama-int4")
+    precision = get_precision(preset, preset.default_precision)
+    weights = variant_weights(preset, precision, str(awq_checkpoint))
+    backend = HFBackend(weights, precision, batch_size=2)
+    assert backend.kernel.startswith("gptqmodel.") and backend.footprint_mb < 0.35 * 513
+    problems = generate(Task("add"), 10, 1, 2, seed=0)
+    outputs = backend.generate([backend.chat_prompt(user_message(p)) for p in problems], 12, Sampling.named("greedy"))
+    assert all(o.tokens >= 1 for o in outputs)
+
+
+@needs_quantize_env
 def test_a_checkpoint_is_evaluated_only_under_its_own_method(awq_checkpoint, gptq_checkpoint):
     result = run_module("harness.eval", "--precision", "gptq-w4", "--model-path", str(awq_checkpoint))
     assert_user_error(result, "calibrated with awq", "--precision awq-w4")
