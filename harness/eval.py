@@ -233,6 +233,8 @@ def evaluate(spec: RunSpec, command: str) -> RunDir | None:
     processes = Processes()
     out = spec.out or spec.default_out()
     run_dir = RunDir(out, spec.identity, command, spec.describe()) if processes.is_main else None
+    for repair in run_dir.repairs if run_dir else []:
+        print(f"repaired {out}: {repair}", file=sys.stderr)
     done = processes.share(run_dir.done if run_dir else None)
     todo = [
         (variant, task, length)

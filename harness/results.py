@@ -94,6 +94,8 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
     path = Path(path)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
+        # mkstemp makes the file 0600; results are meant to be shared as the user's umask allows, like open() does
+        os.fchmod(fd, 0o666 & ~_umask())
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
             handle.flush()
@@ -102,6 +104,12 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def _umask() -> int:
+    current = os.umask(0o022)  # reading the umask means setting it: put it straight back
+    os.umask(current)
+    return current
 
 
 def _parse_row(row: dict[str, str]) -> CellResult:
@@ -120,16 +128,33 @@ def _parse_row(row: dict[str, str]) -> CellResult:
 
 
 def read_results(path: Path) -> list[CellResult]:
+    return read_results_checked(path)[0]
+
+
+def read_results_checked(path: Path) -> tuple[list[CellResult], int]:
+    """The rows of a results file, and how many damaged rows (cut short, a value of the wrong type) were left out:
+    such a row's cell simply counts as not finished."""
     if not path.exists():
-        return []
-    with open(path, newline="", encoding="utf-8") as handle:
-        reader = csv.DictReader(handle)
-        missing = set(COLUMNS) - set(reader.fieldnames or []) - LATER_COLUMNS
-        if missing:
-            raise UserError(
-                f"{path} is not a numprec results file (missing {', '.join(sorted(missing))}); choose another --out"
-            )
-        return [_parse_row(row) for row in reader]
+        return [], 0
+    try:
+        with open(path, newline="", encoding="utf-8") as handle:
+            reader = csv.DictReader(handle)
+            missing = set(COLUMNS) - set(reader.fieldnames or []) - LATER_COLUMNS
+            if missing:
+                raise UserError(
+                    f"{path} is not a numprec results file (missing {', '.join(sorted(missing))}); choose another --out"
+                )
+            rows, damaged = [], 0
+            for record in reader:
+                try:
+                    rows.append(_parse_row(record))
+                except (TypeError, ValueError):
+                    damaged += 1
+            return rows, damaged
+    except UnicodeDecodeError:
+        raise UserError(
+            f"{path} is not UTF-8 text; remove it to recompute its cells, or choose another --out"
+        ) from None
 
 
 def results_csv_text(rows: Iterable[CellResult]) -> str:
@@ -170,10 +195,13 @@ class RunDir:
         self.results_path = self.path / "results.csv"
         self.samples_path = self.path / "samples.jsonl"
         self.meta_path = self.path / "run.json"
-        self._check_identity(identity)
-        self.rows = read_results(self.results_path)
-        self.done = {row.key for row in self.rows}
-        self._drop_orphan_samples()
+        self.repairs: list[str] = []  # what resuming found damaged and set right, for the user to read
+        rows, damaged = read_results_checked(self.results_path)
+        if damaged:
+            self.repairs.append(f"{damaged} damaged row(s) of results.csv left out")
+        self._check_identity(identity, rows)
+        self.rows = rows
+        self._reconcile_samples()
         history = self._meta().get("invocations", [])
         history.append({"command": command, "spec": spec})
         meta = {"identity": identity, "invocations": history, "versions": library_versions()}
@@ -185,19 +213,42 @@ class RunDir:
             os.close(self._lock_fd)
             self._lock_fd = None
 
+    @property
+    def done(self) -> set[tuple]:
+        return {row.key for row in self.rows}
+
     def _meta(self) -> dict:
         if not self.meta_path.exists():
             return {}
         try:
-            return json.loads(self.meta_path.read_text())
-        except json.JSONDecodeError:
-            raise UserError(f"{self.meta_path} is not valid JSON; remove it or choose another --out") from None
+            meta = json.loads(self.meta_path.read_text(encoding="utf-8"))
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            meta = None
+        if not isinstance(meta, dict) or not isinstance(meta.get("invocations", []), list):
+            raise UserError(
+                f"{self.meta_path} is damaged (not numprec's run record); remove it (results.csv and samples.jsonl "
+                "are checked on their own) or choose another --out"
+            )
+        return meta
 
     def commands(self) -> list[str]:
         """Every command that wrote into this directory, oldest first."""
         return [entry["command"] for entry in self._meta().get("invocations", [])]
 
-    def _check_identity(self, identity: dict) -> None:
+    def _check_identity(self, identity: dict, rows: list[CellResult]) -> None:
+        """Finished cells must have been made with this command's settings: checked on the rows themselves (each
+        carries n, seed and decoding), not only on run.json. A directory with no finished cell takes any command."""
+        if not rows:
+            return
+        for row in rows:
+            found = {"samples": row.n, "seed": row.seed, "decoding": row.decoding}
+            if found != identity:
+                diff = ", ".join(
+                    f"{k} {found[k]} there vs {identity[k]} now" for k in identity if found[k] != identity[k]
+                )
+                raise UserError(
+                    f"{self.path} holds a run with other settings ({diff}); pass another --out to keep both"
+                )
         previous = self._meta().get("identity")
         if previous and previous != identity:
             diff = ", ".join(
@@ -207,29 +258,44 @@ class RunDir:
             )
             raise UserError(f"{self.path} holds a run with other settings ({diff}); pass another --out to keep both")
 
-    def _drop_orphan_samples(self) -> None:
-        """Samples of a cell whose results row never landed (killed between the two writes) are dropped."""
-        if not self.samples_path.exists():
-            return
-        kept, dropped = [], 0
-        for line in self.samples_path.read_text(encoding="utf-8").splitlines(keepends=True):
+    def _reconcile_samples(self) -> None:
+        """A finished cell is a results row *and* all n of its samples. Samples of a cell with no row (killed
+        between the two writes), invalid lines and repeated problems are dropped; a row whose samples are missing
+        or incomplete (a deleted or cut samples.jsonl) is dropped too, so that its cell is computed again."""
+        lines: dict[tuple, dict[int, str]] = {}
+        invalid = 0
+        text = self.samples_path.read_text(encoding="utf-8", errors="replace") if self.samples_path.exists() else ""
+        for line in text.splitlines(keepends=True):
             try:
                 record = json.loads(line)
-                key = cell_key(
-                    *(
-                        record[k]
-                        for k in ("model", "precision", "adapter", "task", "operands", "truncate", "base", "length")
-                    )
-                )
-            except (json.JSONDecodeError, KeyError):
-                dropped += 1
+                fields_ = ("model", "precision", "adapter", "task", "operands", "truncate", "base", "length")
+                key = cell_key(*(record[k] for k in fields_))
+                index = int(record["index"])
+            except (json.JSONDecodeError, KeyError, TypeError, ValueError):
+                invalid += 1
                 continue
-            if key in self.done:
-                kept.append(line)
+            lines.setdefault(key, {}).setdefault(index, line if line.endswith("\n") else line + "\n")
+        kept_rows, seen, repeated, incomplete = [], set(), 0, 0
+        for row in self.rows:
+            if row.key in seen:
+                repeated += 1
+            elif set(lines.get(row.key, {})) == set(range(row.n)):
+                kept_rows.append(row)
             else:
-                dropped += 1
-        if dropped:
-            atomic_write_text(self.samples_path, "".join(kept))
+                incomplete += 1
+            seen.add(row.key)
+        if repeated:
+            self.repairs.append(f"{repeated} repeated row(s) of results.csv dropped")
+        if incomplete:
+            self.repairs.append(f"{incomplete} cell(s) missing some of their samples will be computed again")
+        if invalid:
+            self.repairs.append(f"{invalid} invalid line(s) of samples.jsonl dropped")
+        kept = "".join(line for row in kept_rows for _, line in sorted(lines[row.key].items()))
+        if kept != text:
+            atomic_write_text(self.samples_path, kept)
+        if kept_rows != self.rows or self.repairs:
+            self.rows = kept_rows
+            atomic_write_text(self.results_path, results_csv_text(self.rows))
 
     def add_cell(self, row: CellResult, samples: list[dict]) -> None:
         """Persist one finished cell: samples first, then the results row that makes the cell count."""
@@ -237,7 +303,6 @@ class RunDir:
         new = "".join(json.dumps(sample, ensure_ascii=False) + "\n" for sample in samples).encode("utf-8")
         atomic_write_bytes(self.samples_path, old + new)
         self.rows.append(row)
-        self.done.add(row.key)
         atomic_write_text(self.results_path, results_csv_text(self.rows))
 
 

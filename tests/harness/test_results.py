@@ -1,11 +1,14 @@
 """The run directory: one writer at a time, no leftovers from a killed write, nothing written into the checkout."""
 
+import os
 import shutil
+import stat
 import subprocess
 
 import pytest
 
-from harness.results import RunDir
+from harness.cli import UserError
+from harness.results import CellResult, RunDir
 
 from .helpers import ROOT, assert_user_error, run_module
 
@@ -51,3 +54,159 @@ def test_the_main_job_leaves_a_fresh_clone_clean(tmp_path):
     assert (clone / "runs" / "eval" / "quick-greedy-n2-seed0" / "results.csv").is_file()
     status = subprocess.run(["git", "status", "--porcelain"], cwd=clone, capture_output=True, text=True, check=True)
     assert status.stdout == "", status.stdout
+
+
+def _row(length: int, n: int = 2, seed: int = 0, decoding: str = "greedy") -> CellResult:
+    return CellResult(
+        model="smollm2",
+        precision="fp32",
+        weight_dtype="float32",
+        activation_dtype="float32",
+        task="add",
+        operands=2,
+        base=10,
+        length=length,
+        n=n,
+        correct=1,
+        accuracy=1 / n,
+        ci_low=0.0,
+        ci_high=1.0,
+        seed=seed,
+        truncate="",
+        decoding=decoding,
+        method="cast",
+        weight_bits=32,
+        group_size="",
+        footprint_mb=513.0,
+        adapter="",
+        backend="hf",
+        no_answer=0,
+        gen_tokens=4,
+        wall_s=1.0,
+        tokens_per_s=4.0,
+        kernel="torch.Linear",
+    )
+
+
+def _samples(length: int, n: int = 2) -> list[dict]:
+    key = {"model": "smollm2", "precision": "fp32", "adapter": "", "task": "add", "operands": 2, "truncate": ""}
+    return [{**key, "base": 10, "length": length, "index": i, "output": f"{i}", "correct": i == 0} for i in range(n)]
+
+
+def _finished_run(out, lengths=(1, 2, 3)):
+    run_dir = RunDir(out, IDENTITY, "python -m harness.eval", {})
+    for length in lengths:
+        run_dir.add_cell(_row(length), _samples(length))
+    run_dir.close()
+    return out
+
+
+def _resume(out, identity=IDENTITY) -> RunDir:
+    run_dir = RunDir(out, identity, "python -m harness.eval (again)", {})
+    run_dir.close()
+    return run_dir
+
+
+def test_an_intact_directory_resumes_untouched(tmp_path):
+    out = _finished_run(tmp_path / "run")
+    before = {name: (out / name).read_bytes() for name in ("results.csv", "samples.jsonl")}
+    resumed = _resume(out)
+    assert resumed.repairs == [] and len(resumed.done) == 3
+    assert {name: (out / name).read_bytes() for name in before} == before
+
+
+@pytest.mark.parametrize(
+    "damage,repair,redone",
+    [
+        (lambda out: (out / "samples.jsonl").unlink(), "3 cell(s) missing some of their samples", 3),
+        (lambda out: _drop_lines(out / "samples.jsonl", [3]), "1 cell(s) missing some of their samples", 1),
+        (lambda out: _append(out / "samples.jsonl", "{not json\n"), "1 invalid line(s) of samples.jsonl", 0),
+        (lambda out: _truncate(out / "results.csv", 30), "1 damaged row(s) of results.csv", 1),
+        (lambda out: _replace(out / "results.csv", ",0.5000,", ",half,"), "1 damaged row(s) of results.csv", 1),
+    ],
+)
+def test_damaged_state_is_repaired_on_resume(tmp_path, damage, repair, redone):
+    out = _finished_run(tmp_path / "run")
+    damage(out)
+    resumed = _resume(out)
+    assert any(repair in note for note in resumed.repairs), resumed.repairs
+    assert len(resumed.done) == 3 - redone, "a damaged cell counts as not finished, so it is computed again"
+    again = _resume(out)  # the repair is written back: the next resume finds nothing to mend
+    assert again.repairs == [] and again.done == resumed.done
+    samples = (out / "samples.jsonl").read_text().splitlines() if (out / "samples.jsonl").exists() else []
+    assert len(samples) == 2 * len(again.done)
+
+
+def test_two_writers_duplicates_are_dropped(tmp_path):
+    """What two unlocked writers once left: every sample twice, a row twice."""
+    out = _finished_run(tmp_path / "run", lengths=(1,))
+    _append(out / "samples.jsonl", (out / "samples.jsonl").read_text())
+    lines = (out / "results.csv").read_text().splitlines(keepends=True)
+    _append(out / "results.csv", lines[-1])
+    resumed = _resume(out)
+    assert any("repeated row" in note for note in resumed.repairs) and len(resumed.rows) == 1
+    assert len((out / "samples.jsonl").read_text().splitlines()) == 2
+
+
+def test_rows_made_with_other_settings_are_refused_even_without_run_json(tmp_path):
+    out = _finished_run(tmp_path / "run")
+    (out / "run.json").unlink()
+    with pytest.raises(UserError, match="samples 2 there vs 4 now"):
+        _resume(out, {**IDENTITY, "samples": 4})
+
+
+def test_a_damaged_run_record_is_one_line(tmp_path):
+    out = _finished_run(tmp_path / "run")
+    (out / "run.json").write_text("[]")
+    with pytest.raises(UserError, match="run.json is damaged"):
+        _resume(out)
+
+
+def test_a_directory_with_no_finished_cell_takes_a_corrected_command(tmp_path):
+    out = tmp_path / "run"
+    RunDir(out, IDENTITY, "python -m harness.eval --seed 0 (crashed before any cell)", {}).close()
+    resumed = _resume(out, {**IDENTITY, "seed": 1})
+    assert resumed.done == set()
+
+
+@pytest.mark.parametrize("umask,mode", [(0o022, 0o644), (0o002, 0o664), (0o077, 0o600)])
+def test_output_files_follow_the_umask(tmp_path, umask, mode):
+    previous = os.umask(umask)
+    try:
+        out = _finished_run(tmp_path / "run", lengths=(1,))
+    finally:
+        os.umask(previous)
+    for name in ("results.csv", "samples.jsonl", "run.json"):
+        assert stat.S_IMODE((out / name).stat().st_mode) == mode, name
+
+
+def _drop_lines(path, numbers):
+    lines = path.read_text().splitlines(keepends=True)
+    path.write_text("".join(line for number, line in enumerate(lines) if number not in numbers))
+
+
+def _append(path, text):
+    with open(path, "a") as handle:
+        handle.write(text)
+
+
+def _truncate(path, characters):
+    path.write_text(path.read_text()[:-characters])
+
+
+def _replace(path, old, new):
+    text = path.read_text()
+    assert old in text
+    path.write_text(text.replace(old, new, 1))
+
+
+def test_a_deleted_samples_file_is_computed_again_not_reported_done(tmp_path):
+    out = tmp_path / "run"
+    assert run_module("harness.eval", *SMALL, "--out", str(out)).returncode == 0
+    first = (out / "samples.jsonl").read_text()
+    (out / "samples.jsonl").unlink()
+    again = run_module("harness.eval", *SMALL, "--out", str(out))
+    assert again.returncode == 0, again.stderr
+    assert "1 cell(s) missing some of their samples will be computed again" in again.stderr
+    assert "already done" not in again.stderr
+    assert (out / "samples.jsonl").read_text() == first, "the same seed gives the same samples back"
