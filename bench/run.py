@@ -161,34 +161,36 @@ def bench_eval(count: int, repeats: int, threads: int, batch_size: int, work: Pa
     pairs = [b["seconds"][0] / a["seconds"][0] for a, b in zip(rounds["numprec"], rounds["lm-eval"], strict=True)]
     summary["speedup_vs_lm_eval"] = median(pairs)
     summary["speedup_vs_lm_eval_all"] = pairs
-    # FLOP-bound rate: every fed token (suffix + generated) costs 2 FLOPs per weight; prefixes once per cell.
-    flops = flops_of_work(problems, ours, tokenizer)
+    # FLOP-bound rate: every fed token (suffix + generated) costs 2 FLOPs per weight; each shared prefix once.
+    flops = flops_of_work(problems, ours, tokenizer, batch_size)
     summary["flops_needed"] = flops
     summary["flop_bound_seconds"] = flops / gemm
     summary["fraction_of_flop_bound"] = (flops / gemm) / summary["numprec"]["seconds"]
     return summary
 
 
-def flops_of_work(problems: list[dict], outputs: list[str], tokenizer) -> float:
+def flops_of_work(problems: list[dict], outputs: list[str], tokenizer, batch_size: int) -> float:
+    """2 FLOPs per weight for every token the engine feeds: each generated token, each prompt's own suffix, and
+    each distinct shared prefix once. harness.eval decodes a template's cells side by side (bench's numprec
+    engine groups them the same way) and keeps a computed prefix, so a prefix is not paid per cell."""
     from transformers import AutoConfig
 
+    from bench.engines import groups_like_harness_eval
+    from harness.backends import feedable_prefix
     from harness.models import get_model, resolve_weights
 
     config = AutoConfig.from_pretrained(resolve_weights(get_model("smollm2")))
     d, ff, layers = config.hidden_size, config.intermediate_size, config.num_hidden_layers
     kv = d // config.num_attention_heads * config.num_key_value_heads
     per_token = 2 * (layers * (2 * d * d + 2 * d * kv + 3 * d * ff) + d * config.vocab_size)
-    by_cell: dict[str, list[list[int]]] = {}
-    generated = 0
-    for problem, output in zip(problems, outputs, strict=True):
-        by_cell.setdefault(problem["cell"], []).append(
-            tokenizer(problem["prompt"], add_special_tokens=False)["input_ids"]
-        )
-        generated += len(tokenizer(output, add_special_tokens=False)["input_ids"])
-    fed = generated
-    for prompts in by_cell.values():
-        prefix = len(os.path.commonprefix(prompts))
-        fed += prefix + sum(len(p) - prefix for p in prompts)
+    ids = [tokenizer(problem["prompt"], add_special_tokens=False)["input_ids"] for problem in problems]
+    fed = sum(len(tokenizer(output, add_special_tokens=False)["input_ids"]) for output in outputs)
+    prefixes = set()
+    for group in groups_like_harness_eval(problems, batch_size):
+        prefix = feedable_prefix([ids[i] for i in group])
+        prefixes.add(tuple(prefix))
+        fed += sum(len(ids[i]) - len(prefix) for i in group)
+    fed += sum(len(prefix) for prefix in prefixes)
     return per_token * fed
 
 
