@@ -13,7 +13,7 @@ from harness.results import CellResult, RunDir
 from .helpers import ROOT, assert_user_error, run_module
 
 IDENTITY = {"samples": 2, "seed": 0, "decoding": "greedy"}
-SMALL = ["--tasks", "add", "--lengths", "1", "--samples", "2"]
+SMALL = ["--precision", "fp32", "--tasks", "add", "--lengths", "1", "--samples", "2"]
 
 
 def test_a_second_writer_is_refused_while_the_first_holds_the_directory(tmp_path):
