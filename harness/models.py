@@ -20,6 +20,9 @@ import yaml
 
 from harness.cli import UserError
 
+# The W4A16 precision each calibration method makes (harness.quantize --method METHOD).
+W4_PRECISIONS = {"gptq": "gptq-w4", "awq": "awq-w4"}
+
 
 @dataclass(frozen=True)
 class PrecisionSpec:
@@ -249,7 +252,7 @@ def check_quantized_checkpoint(path: Path, precision: PrecisionSpec) -> None:
             "through gptqmodel; write AWQ checkpoints with python -m harness.quantize --method awq (--format autoawq)"
         )
     if method is not None and method != precision.method:
-        other = {"awq": "awq-w4", "gptq": "gptq-w4"}.get(method, method)
+        other = W4_PRECISIONS.get(method, method)
         raise UserError(f"{path} was calibrated with {method}, not {precision.method}; use --precision {other}")
 
 

@@ -30,12 +30,11 @@ from pathlib import Path
 
 from harness.autoawq import require_gptqmodel
 from harness.cli import ArgParser, UserError, run
-from harness.models import ModelSpec, get_model, get_precision, quantized_dir, resolve_weights
+from harness.models import W4_PRECISIONS, ModelSpec, get_model, get_precision, quantized_dir, resolve_weights
 from harness.problems import heldout_problems, parse_task
 from harness.prompts import user_message
 
 QUANTIZE_ENV = Path(__file__).resolve().parent.parent / ".venv-quantize"
-METHODS = {"gptq": "gptq-w4", "awq": "awq-w4"}
 FORMATS = ("compressed-tensors", "autoawq")
 CALIBRATION_TASKS = ("add", "iter_add:3", "mul")
 
@@ -176,7 +175,7 @@ def _hand_over(argv: Sequence[str]) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = ArgParser(prog="python -m harness.quantize", description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", default="smollm2", help="a model from harness/models.yaml (default: smollm2)")
-    parser.add_argument("--method", required=True, choices=sorted(METHODS))
+    parser.add_argument("--method", required=True, choices=sorted(W4_PRECISIONS))
     parser.add_argument("--bits", type=int, default=4, help="weight bits (W4A16: 4)")
     parser.add_argument("--group-size", type=int, help="weights per quantization group (default: the registry's)")
     parser.add_argument("--samples", type=int, default=256, help="calibration problems (default 256)")
@@ -187,7 +186,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     model = get_model(args.model)
-    precision = get_precision(model, METHODS[args.method])
+    precision = get_precision(model, W4_PRECISIONS[args.method])
     if args.bits != precision.weight_bits:
         raise UserError(f"--bits {args.bits}: the registered {precision.name} precision stores {precision.weight_bits}")
     group_size = args.group_size or precision.group_size

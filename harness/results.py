@@ -127,11 +127,7 @@ def _parse_row(row: dict[str, str]) -> CellResult:
     return CellResult(**values)
 
 
-def read_results(path: Path) -> list[CellResult]:
-    return read_results_checked(path)[0]
-
-
-def read_results_checked(path: Path) -> tuple[list[CellResult], int]:
+def read_results(path: Path) -> tuple[list[CellResult], int]:
     """The rows of a results file, and how many damaged rows (cut short, a value of the wrong type) were left out:
     such a row's cell simply counts as not finished."""
     if not path.exists():
@@ -196,7 +192,7 @@ class RunDir:
         self.samples_path = self.path / "samples.jsonl"
         self.meta_path = self.path / "run.json"
         self.repairs: list[str] = []  # what resuming found damaged and set right, for the user to read
-        rows, damaged = read_results_checked(self.results_path)
+        rows, damaged = read_results(self.results_path)
         if damaged:
             self.repairs.append(f"{damaged} damaged row(s) of results.csv left out")
         self._check_identity(identity, rows)
