@@ -20,7 +20,7 @@ from pathlib import Path
 
 import harness  # noqa: F401  (thread settings before torch loads)
 from harness.backends import Sampling, load_backend
-from harness.cli import ArgParser, UserError, run
+from harness.cli import BATCH_SIZE, REPEATS, THREADS, ArgParser, UserError, input_path, output_file, run
 from harness.models import get_model, get_precision, variant_weights
 
 
@@ -98,11 +98,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = ArgParser(prog="python -m bench.engines", description=__doc__.split("\n\n")[0])
     parser.add_argument("--engine", required=True, choices=["numprec", "lm-eval"])
     parser.add_argument("--precision", default="fp32")
-    parser.add_argument("--problems", type=Path, required=True)
-    parser.add_argument("--repeats", type=int, default=1)
-    parser.add_argument("--batch-size", type=int, default=256)
-    parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--problems", type=input_path, required=True)
+    parser.add_argument("--repeats", type=REPEATS.arg, default=1)
+    parser.add_argument("--batch-size", type=BATCH_SIZE.arg, default=256)
+    parser.add_argument("--threads", type=THREADS.arg, default=1)
+    parser.add_argument("--out", type=output_file, required=True)
     args = parser.parse_args(argv)
     import torch
 

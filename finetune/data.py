@@ -19,18 +19,18 @@ import json
 from collections.abc import Sequence
 from pathlib import Path
 
-from harness.cli import ArgParser, UserError, name_list, run
+from harness.cli import SAMPLES, SEED, ArgParser, Bound, UserError, name_list, output_dir, run, unique
 from harness.problems import Problem, Task, heldout_problems, parse_task
 from harness.prompts import user_message
 
 LENGTHS = range(1, 10)
 PAPER_COUNTS = {length: 5_000 if length <= 6 else 10_000 for length in LENGTHS}  # 60k per task
+SCALE = Bound(above=0, high=10, why="10 x the paper's 60,000 samples per task", kind=float)
 
 
 def sample_counts(scale: float = 1.0) -> dict[int, int]:
     """Samples per length: the paper's counts times ``scale`` (at least 1 each)."""
-    if scale <= 0:
-        raise UserError(f"scale must be positive, got {scale}")
+    SCALE.check(scale, "scale")
     return {length: max(1, round(count * scale)) for length, count in PAPER_COUNTS.items()}
 
 
@@ -63,12 +63,13 @@ def build(task: Task, seed: int = 0, scale: float = 1.0, base: int = 10, eval_co
 def main(argv: Sequence[str] | None = None) -> int:
     parser = ArgParser(prog="python -m finetune.data", description=__doc__.split("\n\n")[0])
     parser.add_argument("--tasks", type=name_list, default=["add", "iter_add:3", "mul"])
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--scale", type=float, default=1.0, help="fraction of the paper's 60k samples per task")
-    parser.add_argument("--eval-count", type=int, default=1000, help="evaluation problems per cell to exclude")
-    parser.add_argument("--out", type=Path, default=Path("data/finetune"))
+    parser.add_argument("--seed", type=SEED.arg, default=0)
+    parser.add_argument("--scale", type=SCALE.arg, default=1.0, help="fraction of the paper's 60k samples per task")
+    parser.add_argument("--eval-count", type=SAMPLES.arg, default=1000, help="evaluation problems per cell to exclude")
+    parser.add_argument("--out", type=output_dir, default=Path("data/finetune"))
     args = parser.parse_args(argv)
     tasks = [parse_task(label) for label in args.tasks]
+    unique([task.label for task in tasks], "--tasks")
     meta = {"seed": args.seed, "scale": args.scale, "eval_count": args.eval_count, "tasks": {}}
     for task in tasks:
         dataset, overlapping = build(task, args.seed, args.scale, eval_count=args.eval_count)

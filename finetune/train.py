@@ -20,33 +20,65 @@ import shutil
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
-from harness.cli import ArgParser, UserError, run
+from pydantic import model_validator
+
+from finetune.data import SCALE
+from harness.cli import (
+    BATCH_SIZE,
+    LEARNING_RATE,
+    PROBABILITY,
+    SEED,
+    STEPS,
+    WEIGHT_DECAY,
+    ArgParser,
+    Bound,
+    UserError,
+    input_path,
+    output_dir,
+    run,
+)
 from harness.config import StrictModel, load_yaml_model
+
+WIDTH = Annotated[int, Bound(1, 65_536, "wider than any Llama").field]
+LAYERS = Annotated[int, Bound(1, 256, "deeper than any Llama").field]
 
 
 class TinyModel(StrictModel):
     """A randomly initialised Llama with the model's tokenizer: for tests and smoke runs."""
 
-    hidden_size: int = 64
-    intermediate_size: int = 128
-    num_hidden_layers: int = 2
-    num_attention_heads: int = 4
-    num_key_value_heads: int = 2
+    hidden_size: WIDTH = 64
+    intermediate_size: WIDTH = 128
+    num_hidden_layers: LAYERS = 2
+    num_attention_heads: LAYERS = 4
+    num_key_value_heads: LAYERS = 2
+
+    @model_validator(mode="after")
+    def _heads_divide(self) -> TinyModel:
+        if self.hidden_size % self.num_attention_heads:
+            raise ValueError(
+                f"num_attention_heads {self.num_attention_heads} must divide hidden_size {self.hidden_size}"
+            )
+        if self.num_attention_heads % self.num_key_value_heads:
+            raise ValueError(
+                f"num_key_value_heads {self.num_key_value_heads} must divide num_attention_heads "
+                f"{self.num_attention_heads}"
+            )
+        return self
 
 
 class DataConfig(StrictModel):
-    seed: int = 0
-    scale: float = 1.0  # fraction of the paper's 60k samples per task
+    seed: Annotated[int, SEED.field] = 0
+    scale: Annotated[float, SCALE.field] = 1.0  # fraction of the paper's 60k samples per task
     path: str | None = None  # a dataset saved by python -m finetune.data (instead of building one)
-    max_samples: int | None = None
+    max_samples: Annotated[int, Bound(1, 10_000_000, "more than 100 epochs of the paper's data").field] | None = None
 
 
 class LoraSettings(StrictModel):
-    r: int = 8
-    alpha: int = 16
-    dropout: float = 0.05
+    r: Annotated[int, Bound(1, 1024, "a LoRA rank past 1024 is no longer low-rank for any model here").field] = 8
+    alpha: Annotated[float, Bound(above=0, high=4096, why="the update is scaled by alpha / r", kind=float).field] = 16
+    dropout: Annotated[float, PROBABILITY.field] = 0.05
     target_modules: str | list[str] = "all-linear"
 
 
@@ -56,31 +88,50 @@ class QuantSettings(StrictModel):
     storage_dtype: Literal["uint8", "float32", "bfloat16", "float16"] = "uint8"
 
 
+# transformers' SchedulerType values
+Scheduler = Literal[
+    "linear",
+    "cosine",
+    "cosine_with_restarts",
+    "polynomial",
+    "constant",
+    "constant_with_warmup",
+    "inverse_sqrt",
+    "reduce_lr_on_plateau",
+    "cosine_with_min_lr",
+    "cosine_warmup_with_min_lr",
+    "warmup_stable_decay",
+]
+
+
 class TrainSettings(StrictModel):
-    learning_rate: float = 2e-4
-    epochs: float = 1
-    batch_size: int = 8
-    grad_accum: int = 1
-    weight_decay: float = 0.01
-    warmup_ratio: float = 0.1
-    scheduler: str = "cosine"
-    adam_beta1: float = 0.9
-    adam_beta2: float = 0.999
-    max_steps: int = -1
+    learning_rate: Annotated[float, LEARNING_RATE.field] = 2e-4
+    epochs: Annotated[float, Bound(above=0, high=1000, why="the paper trains 1 epoch", kind=float).field] = 1
+    batch_size: Annotated[int, BATCH_SIZE.field] = 8
+    grad_accum: Annotated[int, Bound(1, 4096, "the effective batch is batch_size x grad_accum").field] = 1
+    weight_decay: Annotated[float, WEIGHT_DECAY.field] = 0.01
+    warmup_ratio: Annotated[float, PROBABILITY.field] = 0.1
+    scheduler: Scheduler = "cosine"
+    adam_beta1: Annotated[float, PROBABILITY.field] = 0.9
+    adam_beta2: Annotated[float, PROBABILITY.field] = 0.999
+    # -1: train for `epochs`; 0 would be a run that trains nothing.
+    max_steps: Annotated[int, STEPS.field] | Literal[-1] = -1
     dtype: Literal["float32", "bfloat16"] = "bfloat16"
-    max_length: int = 1024
-    logging_steps: int = 10
-    save_steps: int = 500
+    max_length: Annotated[int, Bound(16, 131_072, "longer than any context window here").field] = 1024
+    logging_steps: Annotated[int, Bound(1).field] = 10
+    save_steps: Annotated[int, Bound(1).field] = 500
     gradient_checkpointing: bool = False
 
 
 class FinetuneConfig(StrictModel):
-    model: str = "smollm2"
+    """``model`` and ``task`` have no default: an empty file must not start a 60,000-sample run."""
+
+    model: str
     model_path: str | None = None
     tiny: TinyModel | None = None
-    task: str = "add"
+    task: str
     method: Literal["lora", "qlora"] = "lora"
-    seed: int = 0
+    seed: Annotated[int, SEED.field] = 0
     data: DataConfig = DataConfig()
     lora: LoraSettings = LoraSettings()
     quant: QuantSettings = QuantSettings()
@@ -88,9 +139,20 @@ class FinetuneConfig(StrictModel):
 
 
 def load_config(path: Path) -> FinetuneConfig:
+    """The config, checked whole before anything loads: its keys and ranges, model, task, weights and data."""
     if not path.is_file():
         raise UserError(f"no config file at {path}; see finetune/configs/ for examples")
-    return load_yaml_model(path, FinetuneConfig)
+    config = load_yaml_model(path, FinetuneConfig)
+    from harness.models import check_weights, get_model
+    from harness.problems import parse_task
+
+    model = get_model(config.model)
+    parse_task(config.task)
+    if config.model_path:
+        check_weights(model, config.model_path)
+    if config.data.path and not Path(config.data.path, "dataset_info.json").is_file():
+        raise UserError(f"data.path {config.data.path} is not a saved dataset; build one with python -m finetune.data")
+    return config
 
 
 def is_main_process() -> bool:
@@ -165,10 +227,6 @@ def training_data(config: FinetuneConfig):
     if config.data.path:
         import datasets
 
-        if not Path(config.data.path).is_dir():
-            raise UserError(
-                f"data.path {config.data.path} is not a saved dataset; build one with python -m finetune.data"
-            )
         dataset = datasets.load_from_disk(config.data.path)
     else:
         dataset, _ = build(parse_task(config.task), seed=config.data.seed, scale=config.data.scale)
@@ -257,15 +315,15 @@ def train(config: FinetuneConfig, config_path: Path, out: Path) -> dict:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = ArgParser(prog="python -m finetune.train", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--config", type=Path, required=True, help="a YAML file like finetune/configs/cpu_smoke.yaml")
-    parser.add_argument("--out", type=Path, required=True, help="run directory: checkpoints/, adapter/, base/")
+    parser.add_argument(
+        "--config", type=input_path, required=True, help="a YAML file like finetune/configs/cpu_smoke.yaml"
+    )
+    parser.add_argument("--out", type=output_dir, required=True, help="run directory: checkpoints/, adapter/, base/")
     args = parser.parse_args(argv)
     config = load_config(args.config)
     from harness.models import get_model, has_cuda
-    from harness.problems import parse_task
 
     model = get_model(config.model)
-    parse_task(config.task)
     if model.requires == "gpu" and config.tiny is None and not has_cuda():
         raise UserError(
             f"{model.name} is trained on a CUDA GPU and this machine has none; use "

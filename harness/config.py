@@ -5,13 +5,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Literal, TypeVar
+from typing import Annotated, Any, Literal, TypeVar
 
 import yaml
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 
-from harness.cli import UserError, int_list
-from harness.problems import Task, check_cell, parse_task
+from harness.cli import BATCH_SIZE, SAMPLES, SEED, TENSOR_PARALLEL, UserError, parse_int_list, unique
+from harness.models import precision_registry
+from harness.problems import BASE, Task, check_cell, parse_task
 
 DEFAULT_RUNS = Path("runs") / "eval"  # relative to the working directory; runs/ is in .gitignore
 
@@ -25,10 +26,37 @@ class StrictModel(BaseModel):
 M = TypeVar("M", bound=StrictModel)
 
 
+def _distinct(values: list) -> list:
+    try:
+        return unique(values, "the list")
+    except UserError as err:
+        raise ValueError(str(err)) from None
+
+
+# A list of settings in a config: at least one entry, none repeated (a repeat runs or writes the same cell twice).
+Distinct = Annotated[list[Any], Field(min_length=1), AfterValidator(_distinct)]
+
+
+def _lengths(value: Any) -> Any:
+    """Lengths as a list [1, 2], a range string "1-13" or one number; each once."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return [value]
+    if isinstance(value, str):
+        return parse_int_list(value)  # its ValueError becomes the key's one-line message
+    return value
+
+
+Lengths = Annotated[list[int], BeforeValidator(_lengths), Field(min_length=1), AfterValidator(_distinct)]
+
+
 def load_yaml_model(path: Path, model: type[M]) -> M:
     """Read a YAML file into ``model``; any problem is one UserError line naming the file and the key."""
     try:
         raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError as err:
+        raise UserError(f"{path}: not UTF-8 text (byte {err.start}); save it as UTF-8") from None
+    except OSError as err:
+        raise UserError(f"cannot read {path}: {err.strerror}") from None
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         where = f" line {mark.line + 1}" if mark else ""
@@ -41,27 +69,52 @@ def load_yaml_model(path: Path, model: type[M]) -> M:
     try:
         return model(**raw)
     except ValidationError as err:
-        first = err.errors()[0]
-        location = ".".join(str(part) for part in first["loc"]) or "(top level)"
-        top_level_typo = first["type"] == "extra_forbidden" and len(first["loc"]) == 1
-        hint = f" (allowed keys: {', '.join(model.model_fields)})" if top_level_typo else ""
-        raise UserError(f"{path}: {location}: {first['msg']}{hint}") from None
+        raise UserError(f"{path}: {validation_message(err, model)}") from None
+
+
+def validation_message(err: ValidationError, model: type[BaseModel]) -> str:
+    """The first problem pydantic found, as 'key.sub: what is wrong' (with the allowed keys after a typo)."""
+    first = err.errors()[0]
+    # Union members and list indices add noise to the location; the key path is what the user edits.
+    location = ".".join(str(part) for part in first["loc"] if not str(part).startswith(("list[", "function-"))) or (
+        "(top level)"
+    )
+    message = first["msg"].removeprefix("Value error, ")
+    if first["type"] == "too_short":
+        message = "must not be empty"
+    elif first["type"] == "missing":
+        message = "is required"
+    if first["type"] == "extra_forbidden" and len(first["loc"]) == 1:
+        message += f" (allowed keys: {', '.join(model.model_fields)})"
+    elif first["type"] == "missing" and len(first["loc"]) == 1:
+        required = [name for name, info in model.model_fields.items() if info.is_required()]
+        message += f" (every config needs: {', '.join(required)})"
+    return f"{location}: {message}"
+
+
+def _known_precisions(names: list[str]) -> list[str]:
+    """A misspelt name must not quietly drop out of the list (the model would run at another precision)."""
+    known = precision_registry()
+    for name in names:
+        if name not in known:
+            raise ValueError(f"unknown precision '{name}'; known: {', '.join(known)}")
+    return names
 
 
 class EvalConfig(StrictModel):
     """The keys an eval config may have."""
 
-    models: list[str] = ["smollm2"]
+    models: Distinct = ["smollm2"]
     # Applied to each model that takes them; a model that takes none of them runs at its default precision.
-    precisions: list[str] | None = None
-    grid: dict[str, list[int] | str | int]  # task -> lengths, as a list or a range string "1-13"
-    base: int = 10
-    samples: int = 100
+    precisions: Annotated[Distinct, AfterValidator(_known_precisions)] | None = None
+    grid: Annotated[dict[str, Lengths], Field(min_length=1)]  # task -> lengths: a list or a range string "1-13"
+    base: Annotated[int, BASE.field] = 10
+    samples: Annotated[int, SAMPLES.field] = 100
     decoding: Literal["greedy", "paper"] = "greedy"
-    seed: int = 0
-    batch_size: int = 256
+    seed: Annotated[int, SEED.field] = 0
+    batch_size: Annotated[int, BATCH_SIZE.field] = 256
     backend: Literal["hf", "llamacpp", "vllm"] | None = None  # None: what each precision needs, else hf
-    tensor_parallel_size: int = 1  # vllm only
+    tensor_parallel_size: Annotated[int, TENSOR_PARALLEL.field] = 1  # vllm only
 
 
 @dataclass
@@ -136,14 +189,6 @@ def load_config(name_or_path: str) -> tuple[str, EvalConfig]:
     return name, load_yaml_model(path, EvalConfig)
 
 
-def _lengths(value: list[int] | str | int) -> list[int]:
-    if isinstance(value, int):
-        return [value]
-    if isinstance(value, str):
-        return int_list(value)
-    return list(value)
-
-
 def build_spec(
     config_name: str,
     config: EvalConfig,
@@ -164,7 +209,9 @@ def build_spec(
     tensor_parallel_size=None,
 ) -> RunSpec:
     """Config values, overridden by whatever flags were given, checked as a whole."""
-    grid_config = {label: _lengths(value) for label, value in config.grid.items()}
+    grid_config = {parse_task(label).label: lengths for label, lengths in config.grid.items()}
+    if len(grid_config) < len(config.grid):
+        raise UserError(f"config {config_name}: the grid names one task twice ({', '.join(config.grid)})")
     if tasks is not None:
         grid: list[tuple[Task, list[int]]] = []
         for label in tasks:
@@ -175,8 +222,7 @@ def build_spec(
             grid.append((task, list(task_lengths)))
     else:
         grid = [(parse_task(label), list(lengths or task_lengths)) for label, task_lengths in grid_config.items()]
-    if not grid:
-        raise UserError(f"config {config_name} names no tasks; add a grid or pass --tasks")
+    unique([task.label for task, _ in grid], "--tasks")
     spec = RunSpec(
         config_name=config_name,
         models=models or config.models,
@@ -187,24 +233,20 @@ def build_spec(
         samples=samples if samples is not None else config.samples,
         decoding=decoding or config.decoding,
         seed=seed if seed is not None else config.seed,
-        batch_size=batch_size or config.batch_size,
+        batch_size=batch_size if batch_size is not None else config.batch_size,
         backend=backend or config.backend,
         model_path=model_path,
         adapter=adapter,
         out=out,
-        tensor_parallel_size=tensor_parallel_size or config.tensor_parallel_size,
+        tensor_parallel_size=tensor_parallel_size if tensor_parallel_size is not None else config.tensor_parallel_size,
     )
     for _, task_lengths in spec.grid:
         for length in task_lengths:
             check_cell(spec.base, length)
-    if spec.samples < 1:
-        raise UserError(f"samples must be at least 1, got {spec.samples}")
-    if spec.batch_size < 1:
-        raise UserError(f"batch size must be at least 1, got {spec.batch_size}")
-    if spec.decoding not in ("greedy", "paper"):
-        raise UserError(f"unknown decoding '{spec.decoding}'; known: greedy, paper")
-    if spec.tensor_parallel_size < 1:
-        raise UserError(f"tensor parallel size must be at least 1, got {spec.tensor_parallel_size}")
+    if spec.tensor_parallel_size > 1 and spec.backend != "vllm":
+        raise UserError(
+            "--tensor-parallel-size splits a model across GPUs under --backend vllm only; add it or drop it"
+        )
     if model_path and len(spec.models) > 1:
         raise UserError("--model-path replaces one model's weights; give a single --model with it")
     return spec

@@ -21,7 +21,21 @@ from pathlib import Path
 from tqdm import tqdm
 
 from harness.backends import BACKENDS, Sampling, backend_for, row_seeds
-from harness.cli import ArgParser, UserError, int_list, name_list, run
+from harness.cli import (
+    BATCH_SIZE,
+    SAMPLES,
+    SEED,
+    TENSOR_PARALLEL,
+    ArgParser,
+    UserError,
+    input_path,
+    int_list,
+    name_list,
+    output_dir,
+    read_json,
+    run,
+    utf8,
+)
 from harness.config import RunSpec, build_spec, load_config
 from harness.models import (
     ModelSpec,
@@ -34,7 +48,7 @@ from harness.models import (
     variant_weights,
 )
 from harness.parallel import Processes
-from harness.problems import DIGITS, Task, generate
+from harness.problems import BASE, DIGITS, Task, generate
 from harness.prompts import TEMPLATE_FOR_TASK, user_message
 from harness.report import write_reports
 from harness.results import CellResult, RunDir, cell_key
@@ -80,10 +94,23 @@ def plan_variants(spec: RunSpec) -> list[Variant]:
                     f"{model.name} evaluates a fine-tuned adapter; pass --adapter PATH "
                     "(made by python -m finetune.train)"
                 )
-            if spec.adapter and not Path(spec.adapter, "adapter_config.json").is_file():
-                raise UserError(f"--adapter {spec.adapter} is not a peft adapter directory (no adapter_config.json)")
+            if spec.adapter:
+                check_adapter(Path(spec.adapter))
             variants.append(Variant(model, precision, spec.adapter, backend))
     return variants
+
+
+def check_adapter(path: Path) -> None:
+    """A peft adapter directory, readable, before the base model loads."""
+    what = f"--adapter {path} is not a peft adapter directory"
+    if not (path / "adapter_config.json").is_file():
+        raise UserError(f"{what} (no adapter_config.json); make one with python -m finetune.train")
+    config = read_json(path / "adapter_config.json", what)
+    if "peft_type" not in config:
+        raise UserError(f"{what}: its adapter_config.json has no peft_type")
+    weights = [path / "adapter_model.safetensors", path / "adapter_model.bin"]
+    if not any(weights_file.is_file() for weights_file in weights):
+        raise UserError(f"{what} (no adapter_model.safetensors)")
 
 
 def max_new_tokens(backend, task: Task, base: int, length: int) -> int:
@@ -308,28 +335,34 @@ def evaluate(spec: RunSpec, command: str) -> RunDir | None:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = ArgParser(prog="python -m harness.eval", description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", type=name_list, help="model name(s) from harness/models.yaml, comma-separated")
-    parser.add_argument("--config", default="quick", help="eval_configs/NAME.yaml or a path (default: quick)")
+    parser.add_argument(
+        "--config", type=utf8, default="quick", help="eval_configs/NAME.yaml or a path (default: quick)"
+    )
     parser.add_argument("--tasks", type=name_list, help="e.g. add,iter_add:3,mul (default: the config's grid)")
     parser.add_argument("--lengths", type=int_list, help="operand lengths for every task, e.g. 1,2,3 or 1-13")
-    parser.add_argument("--samples", type=int, help="problems per cell")
+    parser.add_argument("--samples", type=SAMPLES.arg, help="problems per cell")
     parser.add_argument("--precision", type=name_list, help="e.g. fp32,bf16 (default: each model's own)")
-    parser.add_argument("--seed", type=int)
-    parser.add_argument("--out", type=Path, help="run directory (default: runs/eval/CONFIG-DECODING-nN-seedS)")
+    parser.add_argument("--seed", type=SEED.arg)
+    parser.add_argument("--out", type=output_dir, help="run directory (default: runs/eval/CONFIG-DECODING-nN-seedS)")
     parser.add_argument(
         "--decoding",
         choices=["greedy", "paper"],
         help="greedy, or the paper's sampling (top-k 50, top-p 0.95, temperature 0.1)",
     )
-    parser.add_argument("--base", type=int, help="number base 2-36 (the paper's LLM grid is base 10)")
-    parser.add_argument("--batch-size", type=int)
-    parser.add_argument("--model-path", help="load the (single) model's weights from this directory instead")
-    parser.add_argument("--adapter", help="a peft LoRA/QLoRA adapter directory to apply to the model")
+    parser.add_argument("--base", type=BASE.arg, help="number base 2-36 (the paper's LLM grid is base 10)")
+    parser.add_argument("--batch-size", type=BATCH_SIZE.arg)
+    parser.add_argument(
+        "--model-path", type=input_path, help="load the (single) model's weights from this directory instead"
+    )
+    parser.add_argument("--adapter", type=input_path, help="a peft LoRA/QLoRA adapter directory to apply to the model")
     parser.add_argument(
         "--backend",
         choices=BACKENDS,
         help="hf (transformers), llamacpp (GGUF) or vllm (CUDA); default: what each precision needs, else hf",
     )
-    parser.add_argument("--tensor-parallel-size", type=int, help="GPUs per model for --backend vllm (default 1)")
+    parser.add_argument(
+        "--tensor-parallel-size", type=TENSOR_PARALLEL.arg, help="GPUs per model for --backend vllm (default 1)"
+    )
     args = parser.parse_args(argv)
     config_name, config = load_config(args.config)
     spec = build_spec(
@@ -344,8 +377,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         decoding=args.decoding,
         base=args.base,
         batch_size=args.batch_size,
-        model_path=args.model_path,
-        adapter=args.adapter,
+        model_path=str(args.model_path) if args.model_path else None,
+        adapter=str(args.adapter) if args.adapter else None,
         out=args.out,
         backend=args.backend,
         tensor_parallel_size=args.tensor_parallel_size,

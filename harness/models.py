@@ -18,7 +18,7 @@ from pathlib import Path
 
 import yaml
 
-from harness.cli import UserError
+from harness.cli import UserError, read_json
 
 # The W4A16 precision each calibration method makes (harness.quantize --method METHOD).
 W4_PRECISIONS = {"gptq": "gptq-w4", "awq": "awq-w4"}
@@ -210,16 +210,15 @@ def quantized_dir(model: ModelSpec, precision: PrecisionSpec) -> Path:
 
 
 def quantization_config(path: str | Path) -> dict | None:
-    """A checkpoint directory's quantization_config (None: unquantized, or no config.json there)."""
-    import json
-
+    """A checkpoint directory's quantization_config (None: unquantized, or no config.json there). A config.json
+    transformers could not read is refused here, before any weights load."""
     config = Path(path) / "config.json"
     if not config.is_file():
         return None
-    try:
-        return json.loads(config.read_text(encoding="utf-8")).get("quantization_config")
-    except (json.JSONDecodeError, UnicodeDecodeError, AttributeError):
-        raise UserError(f"{config} is not a valid model config (JSON object); fix it or pass another path") from None
+    data = read_json(config, f"{path} is not a loadable model directory")
+    if not isinstance(data.get("model_type"), str):
+        raise UserError(f"{config} names no model_type; it is not a transformers config (fix it or pass another path)")
+    return data.get("quantization_config")
 
 
 def _provenance_method(path: Path) -> str | None:

@@ -24,14 +24,18 @@ from pathlib import Path
 
 import numpy as np
 
-from harness.cli import ArgParser, UserError, run
+from harness.cli import SEED, ArgParser, Bound, UserError, output_file, run
 
 DIGITS = "0123456789abcdefghijklmnopqrstuvwxyz"
 MIN_BASE, MAX_BASE = 2, len(DIGITS)
+BASE = Bound(MIN_BASE, MAX_BASE, "digits are written 0-9 then a-z")
 # Far beyond any model's context (the paper's longest LLM operands have 13 digits), and within Python's
 # integer-to-string limit (4,300 digits) for a product of two operands in any base.
 MAX_LENGTH = 1000
+LENGTH = Bound(1, MAX_LENGTH, "longer operands exceed every model's context")
+OPERANDS = Bound(2, 100, "the paper iterates 3 to 13 additions; 100 numbers outgrow any prompt's use")
 MAX_DIGITS_DRAWN = 200_000_000  # count x operands x length: 1.6 GB of digits at once
+COUNT = Bound(1, 10_000_000, "a file of 10 million problems is about 1 GB; draw more with other seeds")
 OPERATORS = {"add": "+", "iter_add": "+", "mul": "*"}  # '*' as in the paper's multiplication prompt
 
 
@@ -46,12 +50,13 @@ class Task:
     def __post_init__(self) -> None:
         if self.name not in OPERATORS:
             raise UserError(f"unknown task '{self.name}'; known: add, iter_add:K, mul, mul:trunc=L")
-        if self.operands < 2:
-            raise UserError(f"task {self.name} needs at least 2 operands, got {self.operands}")
+        OPERANDS.check(self.operands, f"task {self.name}: the operand count")
         if self.name in ("add", "mul") and self.operands != 2:
             raise UserError(f"task {self.name} takes exactly 2 operands; use iter_add:{self.operands} for more")
         if self.truncate is not None and (self.name != "mul" or self.truncate < 1):
             raise UserError("truncation applies to mul only and keeps l >= 1 digits (mul:trunc=L)")
+        if self.truncate is not None:
+            LENGTH.check(self.truncate, "the truncation of mul:trunc=L")
 
     @property
     def label(self) -> str:
@@ -119,14 +124,8 @@ def to_base(value: int, base: int) -> str:
 
 
 def check_cell(base: int, length: int) -> None:
-    if not MIN_BASE <= base <= MAX_BASE:
-        raise UserError(f"base must be between {MIN_BASE} and {MAX_BASE}, got {base}")
-    if length < 1:
-        raise UserError(f"length must be at least 1 digit, got {length}")
-    if length > MAX_LENGTH:
-        raise UserError(
-            f"length must be at most {MAX_LENGTH} digits (longer operands exceed every model's context), got {length}"
-        )
+    BASE.check(base, "base")
+    LENGTH.check(length, "length")
 
 
 def cell_rng(seed: int, task: Task, base: int, length: int, stream: str = "eval") -> np.random.Generator:
@@ -144,8 +143,7 @@ def cell_rng(seed: int, task: Task, base: int, length: int, stream: str = "eval"
 def draw_digits(seed: int, task: Task, base: int, length: int, count: int, stream: str = "eval") -> np.ndarray:
     """Uniform digits of shape (count, operands, length), most significant first (Alg. get_data)."""
     check_cell(base, length)
-    if count < 1:
-        raise UserError(f"count must be at least 1, got {count}")
+    COUNT.check(count, "count")
     if count * task.operands * length > MAX_DIGITS_DRAWN:
         raise UserError(
             f"{count} problems of {task.operands} x {length} digits exceed {MAX_DIGITS_DRAWN:,} digits "
@@ -212,11 +210,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--task", required=True, type=parse_task, help="add, iter_add:K, mul or mul:trunc=L (as harness.eval takes)"
     )
-    parser.add_argument("--length", type=int, required=True, help="digits per operand (at most)")
-    parser.add_argument("--base", type=int, default=10)
-    parser.add_argument("--count", type=int, default=1000)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--out", type=Path, required=True, help="JSON-lines file to write")
+    parser.add_argument("--length", type=LENGTH.arg, required=True, help="digits per operand (at most)")
+    parser.add_argument("--base", type=BASE.arg, default=10)
+    parser.add_argument("--count", type=COUNT.arg, default=1000)
+    parser.add_argument("--seed", type=SEED.arg, default=0)
+    parser.add_argument("--out", type=output_file, required=True, help="JSON-lines file to write")
     args = parser.parse_args(argv)
     task = args.task
     problems = generate(task, args.base, args.length, args.count, args.seed)

@@ -29,7 +29,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from harness.autoawq import require_gptqmodel
-from harness.cli import ArgParser, UserError, run
+from harness.cli import SEED, ArgParser, Bound, UserError, output_dir, run
 from harness.models import W4_PRECISIONS, ModelSpec, get_model, get_precision, quantized_dir, resolve_weights
 from harness.problems import heldout_problems, parse_task
 from harness.prompts import user_message
@@ -37,6 +37,8 @@ from harness.prompts import user_message
 QUANTIZE_ENV = Path(__file__).resolve().parent.parent / ".venv-quantize"
 FORMATS = ("compressed-tensors", "autoawq")
 CALIBRATION_TASKS = ("add", "iter_add:3", "mul")
+GROUP_SIZE = Bound(8, 4096, "a group spans at most one row of weights; GPTQ and AWQ use 32-128")
+CALIBRATION = Bound(1, 16_384, "llm-compressor's AWQ/GPTQ recipes calibrate on 128-512 samples")
 
 
 def calibration_texts(tokenizer, count: int, seed: int) -> list[str]:
@@ -177,10 +179,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--model", default="smollm2", help="a model from harness/models.yaml (default: smollm2)")
     parser.add_argument("--method", required=True, choices=sorted(W4_PRECISIONS))
     parser.add_argument("--bits", type=int, default=4, help="weight bits (W4A16: 4)")
-    parser.add_argument("--group-size", type=int, help="weights per quantization group (default: the registry's)")
-    parser.add_argument("--samples", type=int, default=256, help="calibration problems (default 256)")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--out", type=Path, help="checkpoint directory (default: where harness.eval looks)")
+    parser.add_argument(
+        "--group-size", type=GROUP_SIZE.arg, help="weights per quantization group (default: the registry's)"
+    )
+    parser.add_argument("--samples", type=CALIBRATION.arg, default=256, help="calibration problems (default 256)")
+    parser.add_argument("--seed", type=SEED.arg, default=0)
+    parser.add_argument("--out", type=output_dir, help="checkpoint directory (default: where harness.eval looks)")
     parser.add_argument(
         "--format", choices=FORMATS, help="checkpoint format (default: autoawq for awq, compressed-tensors for gptq)"
     )
@@ -189,10 +193,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     precision = get_precision(model, W4_PRECISIONS[args.method])
     if args.bits != precision.weight_bits:
         raise UserError(f"--bits {args.bits}: the registered {precision.name} precision stores {precision.weight_bits}")
-    group_size = args.group_size or precision.group_size
+    group_size = args.group_size if args.group_size is not None else precision.group_size
     check_group_size(model, group_size)
-    if args.samples < 1:
-        raise UserError(f"--samples must be at least 1, got {args.samples}")
     out = args.out or quantized_dir(model, precision)
     if args.out is None and group_size != precision.group_size:
         raise UserError(

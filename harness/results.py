@@ -15,7 +15,9 @@ import fcntl
 import io
 import json
 import os
+import socket
 import tempfile
+import time
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
@@ -199,7 +201,16 @@ class RunDir:
         self.rows = rows
         self._reconcile_samples()
         history = self._meta().get("invocations", [])
-        history.append({"command": command, "spec": spec})
+        # pid, host and start name the holder to a second process that finds the directory locked
+        history.append(
+            {
+                "command": command,
+                "spec": spec,
+                "pid": os.getpid(),
+                "host": socket.gethostname(),
+                "started": time.strftime("%Y-%m-%d %H:%M:%S"),
+            }
+        )
         meta = {"identity": identity, "invocations": history, "versions": library_versions()}
         atomic_write_text(self.meta_path, json.dumps(meta, indent=2) + "\n")
 
@@ -310,8 +321,19 @@ def _lock_directory(path: Path) -> int:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         os.close(fd)
-        raise UserError(f"another process is writing to {path}; wait for it to finish, or pass another --out") from None
+        raise UserError(
+            f"another process{_holder(path)} is writing to {path}; wait for it to finish, or pass another --out"
+        ) from None
     return fd
+
+
+def _holder(path: Path) -> str:
+    """' (pid 123 on host, since 12:00: COMMAND)' from the holder's entry in run.json, when it is there yet."""
+    try:
+        last = json.loads((path / "run.json").read_text(encoding="utf-8"))["invocations"][-1]
+        return f" (pid {last['pid']} on {last['host']}, since {last['started']}: {last['command']})"
+    except (OSError, ValueError, KeyError, IndexError, TypeError):
+        return ""
 
 
 def library_versions() -> dict[str, str]:

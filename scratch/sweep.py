@@ -24,13 +24,14 @@ from collections.abc import Sequence
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from multiprocessing import get_context
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
-from harness.cli import ArgParser, UserError, run
-from harness.config import StrictModel, load_yaml_model
+from pydantic import Field
+
+from harness.cli import THREADS, ArgParser, UserError, input_path, output_dir, run, unique
+from harness.config import Lengths, StrictModel, load_yaml_model
 from harness.results import atomic_write_bytes, atomic_write_text
 from harness.scoring import wilson_interval
-from scratch.numerics import FloatFormat
 from scratch.train import RunConfig
 
 COLUMNS = [
@@ -58,18 +59,20 @@ COLUMNS = [
 class TaskGrid(StrictModel):
     op: Literal["add", "mul"]
     base: int
-    lengths: list[int]
+    lengths: Lengths
     operands: int = 2
     fixed_width: bool = False
 
 
 class SweepConfig(StrictModel):
-    tasks: list[TaskGrid]
-    precisions: list[Literal["fp32", "bf16", "bf16-amp"]] = ["fp32", "bf16"]
-    depths: list[int] = [3]
-    seeds: list[int] = [0, 1, 2]
+    """Ranges of the per-cell settings are scratch.train's (RunConfig.check), applied to every cell on load."""
+
+    tasks: Annotated[list[TaskGrid], Field(min_length=1)]
+    precisions: Annotated[list[Literal["fp32", "bf16", "bf16-amp"]], Field(min_length=1)] = ["fp32", "bf16"]
+    depths: Annotated[list[int], Field(min_length=1)] = [3]
+    seeds: Annotated[list[int], Field(min_length=1)] = [0, 1, 2]
     train: dict = {}  # scratch.train.RunConfig fields shared by every cell: n_embd, steps, batch_size, lr, ...
-    workers: int = 2
+    workers: Annotated[int, THREADS.field] = 2  # single-thread processes: at most one per core
     launcher: Literal["local", "slurm"] = "local"
     slurm: dict = {}  # submitit parameters, e.g. {slurm_partition: gpu, timeout_min: 2880, gpus_per_node: 1}
 
@@ -85,13 +88,20 @@ def load_sweep(path: Path) -> SweepConfig:
     unknown = set(config.train) - allowed
     if unknown:
         raise UserError(f"{path}: train.{sorted(unknown)[0]}: unknown setting; allowed: {', '.join(sorted(allowed))}")
+    for name, values in [("precisions", config.precisions), ("depths", config.depths), ("seeds", config.seeds)]:
+        unique(values, f"{path}: {name}")
+    cell_names = [
+        f"{g.op} of {g.operands} base {g.base}{' fixed-width' if g.fixed_width else ''} n={n}"
+        for g in config.tasks
+        for n in g.lengths
+    ]
+    unique(cell_names, f"{path}: tasks")
     try:
-        for name in config.train.get("eval_formats", []):
-            FloatFormat.parse(name)
-        for grid in config.tasks:
-            for length in grid.lengths:
-                RunConfig(op=grid.op, base=grid.base, length=length, operands=grid.operands).task()
-    except ValueError as err:
+        for cell in cells(config):
+            cell.check()
+    except TypeError as err:  # a train value of the wrong type (RunConfig is a plain dataclass)
+        raise UserError(f"{path}: train: {err}") from None
+    except UserError as err:
         raise UserError(f"{path}: {err}") from None
     return config
 
@@ -216,8 +226,8 @@ def execute(config: SweepConfig, todo: list[RunConfig], out: Path, on_rows) -> N
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = ArgParser(prog="python -m scratch.sweep", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--config", type=Path, required=True)
-    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--config", type=input_path, required=True)
+    parser.add_argument("--out", type=output_dir, required=True)
     args = parser.parse_args(argv)
     config = load_sweep(args.config)
     try:

@@ -27,8 +27,22 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from harness.cli import ArgParser, UserError, name_list
+from harness.cli import (
+    BATCH_SIZE,
+    LEARNING_RATE,
+    SEED,
+    STEPS,
+    THREADS,
+    WEIGHT_DECAY,
+    ArgParser,
+    Bound,
+    UserError,
+    name_list,
+    output_dir,
+    unique,
+)
 from harness.cli import run as cli_run
+from harness.problems import BASE, OPERANDS
 from scratch.data import Arithmetic, Problems
 from scratch.model import GPT, GPTConfig, identity
 from scratch.numerics import TRAIN_PRECISIONS, FloatFormat, Rounding, autocast, round_weights, training_dtype
@@ -58,6 +72,47 @@ class RunConfig:
 
     def task(self) -> Arithmetic:
         return Arithmetic(self.op, self.base, self.length, self.operands, self.fixed_width)
+
+    def check(self) -> RunConfig:
+        """Every setting in range and the settings consistent, as one UserError line naming the first that is not
+        (``name`` as written in a sweep config; the flag is --name with dashes)."""
+        for name, bound in LIMITS.items():
+            bound.check(getattr(self, name), name)
+        if self.n_embd % self.n_head or (self.n_embd // self.n_head) % 2:
+            raise UserError(f"n_head {self.n_head} must divide n_embd {self.n_embd} into even head sizes (RoPE)")
+        if self.warmup_steps > self.steps:
+            raise UserError(
+                f"warmup_steps {self.warmup_steps} exceeds steps {self.steps}: the schedule would never peak"
+            )
+        try:
+            self.task()
+            training_dtype(self.precision)
+            for name in unique(self.eval_formats, "eval_formats"):
+                FloatFormat.parse(name)
+        except ValueError as err:
+            raise UserError(str(err)) from None
+        return self
+
+
+# The paper's model is depth 3-5, hidden 256, 4 heads, batch 512, 100k steps, 50k test problems
+# (appendix tab:model_config, tab:training_config); the upper ends leave wide room above that.
+LIMITS = {
+    "operands": OPERANDS,
+    "base": BASE,
+    "length": Bound(1, 256, "positions cover the whole sequence; the paper's longest operands have 64 digits"),
+    "depth": Bound(1, 96, "the paper's models have 3 or 5 layers"),
+    "n_embd": Bound(8, 8192, "the paper's models are 256 wide"),
+    "n_head": Bound(1, 128, "the paper's models have 4 heads"),
+    "steps": STEPS,
+    "batch_size": BATCH_SIZE,
+    "lr": LEARNING_RATE,
+    "weight_decay": WEIGHT_DECAY,
+    "warmup_steps": Bound(0, STEPS.high, "at most steps"),
+    "seed": SEED,
+    "test_size": Bound(1, 1_000_000, "the paper tests on 50,000 problems"),
+    "eval_every": Bound(1, STEPS.high, "evaluations happen every eval_every steps"),
+    "threads": THREADS,
+}
 
 
 def measure_matmul_flops(dtype: torch.dtype, size: int = 512, seconds: float = 0.5) -> float:
@@ -214,18 +269,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         elif isinstance(value, list):
             parser.add_argument(flag, type=name_list, default=value)
         else:
-            parser.add_argument(flag, type=type(value), default=value)
-    parser.add_argument("--out", type=Path, default=None, help="run directory: checkpoint.pt, summary.json")
+            parser.add_argument(flag, type=LIMITS[name].arg if name in LIMITS else type(value), default=value)
+    parser.add_argument("--out", type=output_dir, default=None, help="run directory: checkpoint.pt, summary.json")
     args = vars(parser.parse_args(argv))
     out = args.pop("out")
-    config = RunConfig(**args)
-    try:
-        config.task()
-        training_dtype(config.precision)
-        for name in config.eval_formats:
-            FloatFormat.parse(name)
-    except ValueError as err:
-        raise UserError(str(err)) from None
+    config = RunConfig(**args).check()
     if out:
         out.mkdir(parents=True, exist_ok=True)
     summary = run(config, out)

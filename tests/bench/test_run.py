@@ -2,7 +2,7 @@
 
 import json
 
-from tests.harness.helpers import assert_user_error, run_module
+from tests.harness.helpers import run_module
 
 
 def test_eval_section_compares_the_same_prompts_across_engines(tmp_path):
@@ -31,7 +31,3 @@ def test_data_section_measures_every_generator(tmp_path):
     assert [row["task"] for row in rows] == ["add:2 base 10 length 10", "iter_add:3 base 10 length 10"]
     for row in rows:
         assert row["numprec_problems_per_s"] > 0 and row["python_problems_per_s"] > 0
-
-
-def test_unknown_section_is_one_line(tmp_path):
-    assert_user_error(run_module("bench.run", "--out", str(tmp_path), "--only", "speed"), "unknown section")

@@ -6,8 +6,7 @@ import json
 
 import pytest
 
-from tests.devices import without_cuda
-from tests.harness.helpers import assert_user_error, run_module
+from tests.harness.helpers import run_module
 
 TINY = """
 model: smollm2
@@ -81,19 +80,3 @@ def test_resume_continues_from_the_last_checkpoint(tmp_path):
     assert again.returncode == 0, again.stderr[-3000:]
     summary = json.loads((out / "adapter" / "train_summary.json").read_text())
     assert summary["resumed_from"] and summary["resumed_from"].endswith("checkpoint-6")
-
-
-@pytest.mark.parametrize(
-    "text,fragment",
-    [
-        ("method: dora\n", "method"),
-        ("task: sub\n", "unknown task 'sub'"),
-        ("model: gpt-7\n", "unknown model 'gpt-7'"),
-        pytest.param("model: llama-bf16\n", "CUDA GPU", marks=without_cuda),
-        ("train: {lr: 1}\n", "train.lr"),
-    ],
-)
-def test_bad_config_is_one_line_and_exit_2(tmp_path, text, fragment):
-    config = tmp_path / "bad.yaml"
-    config.write_text(text)
-    assert_user_error(run_module("finetune.train", "--config", str(config), "--out", str(tmp_path / "o")), fragment)

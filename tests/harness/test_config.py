@@ -33,20 +33,3 @@ def test_flags_override_the_config():
 def test_task_without_lengths_needs_lengths():
     with pytest.raises(UserError, match="--lengths"):
         spec_of("quick", tasks=["iter_add:7"])
-
-
-@pytest.mark.parametrize(
-    "text,fragment",
-    [
-        ("grid: {add: 1-3}\nsampels: 5\n", "sampels"),
-        ("grid: {add: [1, x]}\n", "grid.add"),
-        ("grid: {add: 1-3}\ndecoding: beam\n", "decoding"),
-        ("grid: [add\n", "not valid YAML"),
-        ("- just a list\n", "expected a mapping"),
-    ],
-)
-def test_malformed_configs_name_the_problem(tmp_path, text, fragment):
-    path = tmp_path / "bad.yaml"
-    path.write_text(text)
-    with pytest.raises(UserError, match=fragment):
-        spec_of(str(path))

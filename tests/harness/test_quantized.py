@@ -110,7 +110,6 @@ def test_llamacpp_uses_the_same_token_ids_as_transformers(llamacpp_q8):
         assert list(buffer[:count]) == llamacpp_q8.tokenizer(prompt, add_special_tokens=False)["input_ids"]
 
 
-
 @needs_quantize_env
 def test_gptq_checkpoint_is_4bit_and_is_evaluated(gptq_checkpoint, tmp_path):
     config = json.loads((gptq_checkpoint / "config.json").read_text())["quantization_config"]

@@ -21,12 +21,67 @@ def test_a_second_writer_is_refused_while_the_first_holds_the_directory(tmp_path
     holder = RunDir(out, IDENTITY, "python -m harness.eval (holder)", {})
     try:
         result = run_module("harness.eval", *SMALL, "--out", str(out))
-        assert_user_error(result, "another process is writing to", "pass another --out")
+        assert_user_error(
+            result, f"another process (pid {os.getpid()} on", "python -m harness.eval (holder)", "pass another --out"
+        )
         assert not (out / "results.csv").exists()
     finally:
         holder.close()
     again = RunDir(out, IDENTITY, "python -m harness.eval (next)", {})  # released: the next writer gets in
     again.close()
+
+
+def test_two_runs_started_together_one_runs_one_is_refused_and_nothing_is_lost(tmp_path):
+    """The issue's case: `--lengths 1,2` and `--lengths 3` launched into one --out. The first is paused once it
+    holds the directory, so the second surely meets the lock (whatever the machine's speed)."""
+    import json
+    import signal
+    import sys
+    import time
+
+    from harness.results import read_results
+
+    from .helpers import command_env
+
+    out = tmp_path / "run"
+    base = ["--precision", "fp32", "--tasks", "add", "--samples", "2", "--out", str(out)]
+    first = subprocess.Popen(
+        [sys.executable, "-m", "harness.eval", *base, "--lengths", "1,2"],
+        cwd=tmp_path,
+        env=command_env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 300
+        while not _holds(out, first.pid):
+            assert first.poll() is None and time.monotonic() < deadline, "the first run never took the directory"
+            time.sleep(0.1)
+        first.send_signal(signal.SIGSTOP)
+        second = run_module("harness.eval", *base, "--lengths", "3", cwd=tmp_path)
+        assert_user_error(second, f"another process (pid {first.pid} on", "--lengths 1,2", "pass another --out")
+    finally:
+        first.send_signal(signal.SIGCONT)
+    assert first.wait(timeout=600) == 0, first.stderr.read()
+    assert sorted(row.length for row in read_results(out / "results.csv")[0]) == [1, 2]
+
+    again = run_module("harness.eval", *base, "--lengths", "3", cwd=tmp_path)  # the directory is free now
+    assert again.returncode == 0, again.stderr
+    rows, damaged = read_results(out / "results.csv")
+    assert sorted(row.length for row in rows) == [1, 2, 3] and not damaged, "every row once, none lost"
+    samples = [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()]
+    assert sorted((s["length"], s["index"]) for s in samples) == [(n, i) for n in (1, 2, 3) for i in (0, 1)]
+
+
+def _holds(out, pid: int) -> bool:
+    """Whether process ``pid`` has taken the run directory (its entry is the last in run.json)."""
+    import json
+
+    try:
+        return json.loads((out / "run.json").read_text())["invocations"][-1]["pid"] == pid
+    except (OSError, ValueError, KeyError, IndexError):
+        return False
 
 
 def test_temporary_files_of_a_killed_write_are_removed_on_resume(tmp_path):

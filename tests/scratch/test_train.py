@@ -101,12 +101,3 @@ def test_rounding_hook_reaches_every_layer():
     assert len(calls) > 10 * 2
     model.rounding = Rounding(FloatFormat.parse("e8m23"))
     assert torch.allclose(model(tokens), reference, atol=1e-5)
-
-
-def test_cli_bad_input_is_one_line_and_exit_2():
-    from tests.harness.helpers import assert_user_error, run_module
-
-    assert_user_error(run_module("scratch.train", "--op", "div"), "unknown op")
-    assert_user_error(run_module("scratch.train", "--precision", "fp8"), "unknown precision")
-    assert_user_error(run_module("scratch.train", "--eval-formats", "e4m3,fp4"), "fp4")
-    assert_user_error(run_module("scratch.train", "--op", "mul", "--operands", "3"), "mul takes exactly 2")

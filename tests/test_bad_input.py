@@ -1,0 +1,471 @@
+"""Every command meets bad input with one line on stderr and exit status 2: no traceback, nothing started,
+nothing written (issue 14's matrix: ranges, upper bounds, zero, duplicates, typos, abbreviations, non-UTF-8
+files and paths, unwritable outputs, broken model and adapter directories, empty configs).
+
+The matrix calls each command's main() in this process through harness.cli.run, as ``python -m`` does, so ~180
+cases take seconds; a few of them also run as real processes to show the process-level contract."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import signal
+
+import pytest
+
+from harness.cli import run
+from tests.devices import without_cuda
+from tests.harness.helpers import assert_user_error, run_module
+
+NOT_UTF8_PATH = "runs/caf\udce9"  # how Python hands over a Latin-1 byte in a path: a lone surrogate
+OK_EVAL = ["--tasks", "add", "--lengths", "1", "--samples", "2"]
+OK_PROBLEMS = ["--task", "add", "--length", "2", "--out", "p.jsonl"]
+OK_FINETUNE = "model: smollm2\ntask: add\ndata: {scale: 0.001, max_samples: 8}\n"
+OK_SWEEP = "tasks: [{op: add, base: 2, lengths: [2]}]\nseeds: [0]\ntrain: {steps: 10, warmup_steps: 1}\n"
+OK_SCRATCH = ["--steps", "10", "--warmup-steps", "1"]
+
+
+def config(text: str | bytes) -> tuple[str, str | bytes]:
+    """A config file written for the case; {config} in its arguments is its path."""
+    return ("config.yaml", text)
+
+
+EVAL = [
+    # numbers out of range, zero, no upper bound, not numbers
+    ("samples-0", ["--samples", "0"], "--samples: must be at least 1"),
+    ("samples-negative", ["--samples", "-5"], "must be at least 1"),
+    ("samples-huge", ["--samples", "1000000"], "at most 100,000 (at 100,000 problems"),
+    ("samples-word", ["--samples", "ten"], "'ten' is not an integer"),
+    ("samples-float", ["--samples", "2.5"], "'2.5' is not an integer"),
+    ("seed-negative", ["--seed", "-1"], "--seed: must be at least 0"),
+    ("seed-huge", ["--seed", str(2**40)], "numpy, which takes 32 bits"),
+    ("batch-0", ["--batch-size", "0"], "--batch-size: must be at least 1"),
+    ("batch-negative", ["--batch-size", "-3"], "must be at least 1"),
+    ("batch-huge", ["--batch-size", "1000000"], "at most 16,384"),
+    ("base-1", ["--base", "1"], "--base: must be at least 2"),
+    ("base-0", ["--base", "0"], "must be at least 2"),
+    ("base-37", ["--base", "37"], "digits are written 0-9 then a-z"),
+    ("length-0", ["--lengths", "0"], "length must be at least 1"),
+    ("length-huge", ["--lengths", "1001"], "at most 1,000"),
+    ("length-negative", ["--lengths", "-2"], "length must be at least 1"),
+    ("lengths-repeated", ["--lengths", "1,1"], "lists 1 twice"),
+    ("lengths-overlapping-ranges", ["--lengths", "1-3,2"], "lists 2 twice"),
+    ("lengths-backwards", ["--lengths", "5-3"], "runs backwards"),
+    ("lengths-enormous-range", ["--lengths", "1-99999"], "over 10,000 entries"),
+    ("lengths-words", ["--lengths", "a,b"], "not a list of integers"),
+    ("lengths-empty", ["--lengths", ","], "names no integers"),
+    ("tp-0", ["--tensor-parallel-size", "0"], "--tensor-parallel-size: must be at least 1"),
+    ("tp-huge", ["--tensor-parallel-size", "1000"], "at most 64"),
+    ("tp-without-vllm", ["--tensor-parallel-size", "2"], "--backend vllm only"),
+    # names: typos, repeats, unknowns
+    ("tasks-repeated", ["--tasks", "add,add"], "lists add twice"),
+    ("tasks-repeated-spelling", ["--tasks", "iter_add:3,iter_add:03"], "lists iter_add:3 twice"),
+    ("task-unknown", ["--tasks", "sub", "--lengths", "1"], "unknown task 'sub'"),
+    ("task-one-operand", ["--tasks", "iter_add:1", "--lengths", "1"], "operand count must be at least 2"),
+    ("task-many-operands", ["--tasks", "iter_add:500", "--lengths", "1"], "at most 100"),
+    ("task-trunc-0", ["--tasks", "mul:trunc=0", "--lengths", "1"], "truncation"),
+    ("task-trunc-on-add", ["--tasks", "add:trunc=2", "--lengths", "1"], "only mul takes a truncation"),
+    ("precision-typo", ["--precision", "fp33"], "unknown precision 'fp33'"),
+    ("precision-repeated", ["--precision", "fp32,fp32"], "lists fp32 twice"),
+    ("precision-empty", ["--precision", ","], "names nothing"),
+    ("precision-model-lacks", ["--model", "llama-int4", "--precision", "fp32"], "llama-int4 does not run at fp32"),
+    ("model-unknown", ["--model", "gpt-9"], "unknown model 'gpt-9'"),
+    ("model-repeated", ["--model", "smollm2,smollm2"], "lists smollm2 twice"),
+    ("decoding-unknown", ["--decoding", "beam"], "invalid choice: 'beam'"),
+    ("backend-unknown", ["--backend", "onnx"], "invalid choice: 'onnx'"),
+    # flags
+    ("abbreviated-samples", ["--sam", "5"], "--sam is not a flag; write it in full"),
+    ("abbreviated-batch", ["--batch", "4"], "--batch is not a flag; write it in full"),
+    ("unknown-flag", ["--bogus-flag"], "unrecognized arguments"),
+    ("missing-value", ["--samples"], "expected one argument"),
+    ("model-path-for-two", ["--model", "smollm2,llama-bf16", "--model-path", "model_dir"], "single --model"),
+    # config files
+    ("config-unknown", ["--config", "nosuch"], "unknown config 'nosuch'"),
+    ("config-missing-file", ["--config", "gone.yaml"], "no config file at gone.yaml"),
+    ("config-not-utf8", ["--config", "{config}"], "not UTF-8 text", config(b"grid: {add: [1]}\nmodels: [caf\xe9]\n")),
+    ("config-path-not-utf8", ["--config", NOT_UTF8_PATH + ".yaml"], "not valid UTF-8"),
+    ("config-malformed", ["--config", "{config}"], "not valid YAML", config("grid: {add: [1, 2\n")),
+    ("config-a-list", ["--config", "{config}"], "expected a mapping", config("- add\n")),
+    ("config-empty", ["--config", "{config}"], "grid: is required", config("")),
+    ("config-key-typo", ["--config", "{config}"], "allowed keys", config("grid: {add: [1]}\nsampels: 5\n")),
+    (
+        "config-precision-typo",
+        ["--config", "{config}"],
+        "unknown precision 'fp33'",
+        config("grid: {add: [1]}\nprecisions: [fp32, fp33]\n"),
+    ),
+    (
+        "config-precision-repeated",
+        ["--config", "{config}"],
+        "lists bf16 twice",
+        config("grid: {add: [1]}\nprecisions: [bf16, bf16]\n"),
+    ),
+    ("config-grid-empty", ["--config", "{config}"], "grid: must not be empty", config("grid: {}\n")),
+    (
+        "config-lengths-empty",
+        ["--config", "{config}"],
+        "grid.add: must not be empty",
+        config("grid: {add: []}\n"),
+    ),
+    ("config-lengths-repeated", ["--config", "{config}"], "lists 1 twice", config("grid: {add: [1, 2, 1]}\n")),
+    ("config-lengths-backwards", ["--config", "{config}"], "runs backwards", config("grid: {add: 3-1}\n")),
+    ("config-lengths-word", ["--config", "{config}"], "grid.add", config("grid: {add: [1, x]}\n")),
+    (
+        "config-task-twice",
+        ["--config", "{config}"],
+        "names one task twice",
+        config("grid: {iter_add:3: [1], iter_add:03: [2]}\n"),
+    ),
+    (
+        "config-samples-0",
+        ["--config", "{config}"],
+        "samples: must be at least 1",
+        config("grid: {add: [1]}\nsamples: 0\n"),
+    ),
+    (
+        "config-seed-negative",
+        ["--config", "{config}"],
+        "seed: must be at least 0",
+        config("grid: {add: [1]}\nseed: -3\n"),
+    ),
+    (
+        "config-batch-0",
+        ["--config", "{config}"],
+        "batch_size: must be at least 1",
+        config("grid: {add: [1]}\nbatch_size: 0\n"),
+    ),
+    (
+        "config-tp-0",
+        ["--config", "{config}"],
+        "tensor_parallel_size",
+        config("grid: {add: [1]}\ntensor_parallel_size: 0\n"),
+    ),
+    ("config-base-40", ["--config", "{config}"], "base: must be at most 36", config("grid: {add: [1]}\nbase: 40\n")),
+    (
+        "config-models-empty",
+        ["--config", "{config}"],
+        "models: must not be empty",
+        config("grid: {add: [1]}\nmodels: []\n"),
+    ),
+    ("config-decoding-typo", ["--config", "{config}"], "decoding", config("grid: {add: [1]}\ndecoding: beam\n")),
+    ("config-samples-word", ["--config", "{config}"], "samples", config("grid: {add: [1]}\nsamples: many\n")),
+    # paths: outputs that cannot be written, inputs that are not what they claim
+    ("out-is-a-file", ["--out", "a_file"], "a_file is a file, not a directory"),
+    ("out-under-a-file", ["--out", "a_file/run"], "a_file is a file"),
+    ("out-not-utf8", ["--out", NOT_UTF8_PATH], "not valid UTF-8"),
+    ("model-path-missing", ["--model-path", "nowhere"], "nowhere does not exist"),
+    ("model-path-not-utf8", ["--model-path", NOT_UTF8_PATH], "not valid UTF-8"),
+    ("model-path-no-config", ["--model-path", "empty_dir"], "not a model directory (no config.json"),
+    ("model-path-broken-json", ["--model-path", "broken_model"], "is not valid JSON (line 1"),
+    ("model-path-json-list", ["--model-path", "list_model"], "must hold a JSON object"),
+    ("model-path-not-utf8-json", ["--model-path", "latin1_model"], "is not UTF-8 text"),
+    ("model-path-no-model-type", ["--model-path", "typeless_model"], "names no model_type"),
+    ("adapter-missing", ["--adapter", "nowhere"], "nowhere does not exist"),
+    ("adapter-no-config", ["--adapter", "empty_dir"], "no adapter_config.json"),
+    ("adapter-broken-json", ["--adapter", "broken_adapter"], "is not valid JSON"),
+    ("adapter-no-peft-type", ["--adapter", "typeless_adapter"], "has no peft_type"),
+    ("adapter-no-weights", ["--adapter", "weightless_adapter"], "no adapter_model.safetensors"),
+    pytest.param("gpu-model", ["--model", "llama-bf16"], "needs a CUDA GPU", marks=without_cuda),
+    pytest.param("gpu-awq-model", ["--model", "llama-int4"], "needs a CUDA GPU", marks=without_cuda),
+    pytest.param("gpu-vllm", ["--backend", "vllm"], "CUDA", marks=without_cuda),
+]
+
+PROBLEMS = [
+    ("length-0", ["--task", "add", "--length", "0", "--out", "p.jsonl"], "--length: must be at least 1"),
+    ("length-huge", ["--task", "add", "--length", "5000", "--out", "p.jsonl"], "at most 1,000"),
+    ("base-1", ["--task", "add", "--length", "2", "--base", "1", "--out", "p.jsonl"], "must be at least 2"),
+    ("base-40", ["--task", "add", "--length", "2", "--base", "40", "--out", "p.jsonl"], "at most 36"),
+    ("count-0", [*OK_PROBLEMS, "--count", "0"], "--count: must be at least 1"),
+    ("count-huge", [*OK_PROBLEMS, "--count", str(10**12)], "at most 10,000,000"),
+    ("too-many-digits", ["--task", "iter_add:3", "--length", "900", "--count", "100000", "--out", "p"], "exceed"),
+    ("seed-negative", [*OK_PROBLEMS, "--seed", "-1"], "--seed: must be at least 0"),
+    ("task-unknown", ["--task", "div", "--length", "2", "--out", "p.jsonl"], "unknown task 'div'"),
+    ("task-no-count", ["--task", "iter_add", "--length", "2", "--out", "p.jsonl"], "needs its operand count"),
+    ("task-count-on-add", ["--task", "add:3", "--length", "2", "--out", "p.jsonl"], "only iter_add takes"),
+    ("out-a-directory", ["--task", "add", "--length", "2", "--out", "empty_dir"], "is a directory"),
+    ("out-under-a-file", ["--task", "add", "--length", "2", "--out", "a_file/p.jsonl"], "a_file is a file"),
+    ("out-not-utf8", ["--task", "add", "--length", "2", "--out", NOT_UTF8_PATH], "not valid UTF-8"),
+    ("abbreviated", ["--task", "add", "--len", "2", "--out", "p.jsonl"], "--len is not a flag; write it in full"),
+    ("removed-flag", [*OK_PROBLEMS, "--operands", "3"], "unrecognized arguments"),
+    ("missing-task", ["--length", "2", "--out", "p.jsonl"], "required: --task"),
+]
+
+FINETUNE_DATA = [
+    ("scale-0", ["--scale", "0"], "--scale: must be greater than 0"),
+    ("scale-negative", ["--scale", "-1"], "must be greater than 0"),
+    ("scale-huge", ["--scale", "1000"], "at most 10 (10 x the paper's 60,000"),
+    ("scale-nan", ["--scale", "nan"], "finite"),
+    ("eval-count-0", ["--eval-count", "0"], "--eval-count: must be at least 1"),
+    ("seed-negative", ["--seed", "-1"], "must be at least 0"),
+    ("tasks-repeated", ["--tasks", "add,add"], "lists add twice"),
+    ("tasks-unknown", ["--tasks", "add,sub"], "unknown task 'sub'"),
+    ("out-a-file", ["--out", "a_file"], "is a file"),
+    ("abbreviated", ["--sca", "0.1"], "--sca is not a flag; write it in full"),
+]
+
+
+def finetune(name: str, text: str | bytes, fragment: str) -> tuple:
+    return (name, ["--config", "{config}", "--out", "ft"], fragment, config(text))
+
+
+FINETUNE_TRAIN = [
+    finetune("empty", "", "model: is required (every config needs: model, task)"),
+    finetune("no-task", "model: smollm2\n", "task: is required"),
+    finetune("not-utf8", b"model: smollm2\ntask: add # caf\xe9\n", "not UTF-8 text"),
+    finetune("malformed", "model: smollm2\ntask: [add\n", "not valid YAML"),
+    finetune("lr-0", OK_FINETUNE + "train: {learning_rate: 0}\n", "train.learning_rate: must be greater than 0"),
+    finetune("lr-negative", OK_FINETUNE + "train: {learning_rate: -0.1}\n", "must be greater than 0"),
+    finetune("lr-huge", OK_FINETUNE + "train: {learning_rate: 5}\n", "at most 1 (AdamW diverges"),
+    finetune("batch-0", OK_FINETUNE + "train: {batch_size: 0}\n", "train.batch_size: must be at least 1"),
+    finetune("epochs-0", OK_FINETUNE + "train: {epochs: 0}\n", "train.epochs: must be greater than 0"),
+    finetune("grad-accum-0", OK_FINETUNE + "train: {grad_accum: 0}\n", "train.grad_accum"),
+    finetune("max-steps-0", OK_FINETUNE + "train: {max_steps: 0}\n", "train.max_steps"),
+    finetune("warmup-2", OK_FINETUNE + "train: {warmup_ratio: 2}\n", "train.warmup_ratio: must be less than 1"),
+    finetune("beta-1", OK_FINETUNE + "train: {adam_beta2: 1.0}\n", "train.adam_beta2"),
+    finetune("max-length-0", OK_FINETUNE + "train: {max_length: 0}\n", "train.max_length: must be at least 16"),
+    finetune("max-length-huge", OK_FINETUNE + "train: {max_length: 1000000000}\n", "longer than any context"),
+    finetune("save-steps-0", OK_FINETUNE + "train: {save_steps: 0}\n", "train.save_steps: must be at least 1"),
+    finetune("logging-steps-0", OK_FINETUNE + "train: {logging_steps: 0}\n", "train.logging_steps"),
+    finetune("scheduler-typo", OK_FINETUNE + "train: {scheduler: cosin}\n", "train.scheduler"),
+    finetune("dtype-typo", OK_FINETUNE + "train: {dtype: fp16}\n", "train.dtype"),
+    finetune("key-typo", OK_FINETUNE + "train: {lr: 1}\n", "train.lr"),
+    finetune("lora-r-0", OK_FINETUNE + "lora: {r: 0}\n", "lora.r: must be at least 1"),
+    finetune("lora-dropout", OK_FINETUNE + "lora: {dropout: 1.5}\n", "lora.dropout: must be less than 1"),
+    finetune("lora-alpha-0", OK_FINETUNE + "lora: {alpha: 0}\n", "lora.alpha"),
+    finetune("method-typo", OK_FINETUNE + "method: dora\n", "method"),
+    finetune(
+        "tiny-heads", OK_FINETUNE + "tiny: {hidden_size: 64, num_attention_heads: 5}\n", "must divide hidden_size"
+    ),
+    finetune("tiny-kv-heads", OK_FINETUNE + "tiny: {num_attention_heads: 4, num_key_value_heads: 3}\n", "must divide"),
+    finetune("tiny-layers-0", OK_FINETUNE + "tiny: {num_hidden_layers: 0}\n", "tiny.num_hidden_layers"),
+    finetune("scale-0", "model: smollm2\ntask: add\ndata: {scale: 0}\n", "data.scale: must be greater than 0"),
+    finetune("max-samples-0", "model: smollm2\ntask: add\ndata: {max_samples: 0}\n", "data.max_samples"),
+    finetune("seed-negative", OK_FINETUNE + "seed: -1\n", "seed: must be at least 0"),
+    finetune("model-unknown", "model: gpt-7\ntask: add\n", "unknown model 'gpt-7'"),
+    finetune("task-unknown", "model: smollm2\ntask: sub\n", "unknown task 'sub'"),
+    finetune("data-path-missing", OK_FINETUNE.replace("data: {", "data: {path: nowhere, "), "not a saved dataset"),
+    finetune("model-path-broken", OK_FINETUNE + "model_path: broken_model\n", "is not valid JSON"),
+    pytest.param(*finetune("gpu-model", "model: llama-bf16\ntask: add\n", "CUDA GPU"), marks=without_cuda),
+    ("config-missing", ["--config", "gone.yaml", "--out", "ft"], "gone.yaml does not exist"),
+    ("out-a-file", ["--config", "{config}", "--out", "a_file"], "is a file", config(OK_FINETUNE)),
+    (
+        "abbreviated",
+        ["--conf", "{config}", "--out", "ft"],
+        "--conf is not a flag; write it in full",
+        config(OK_FINETUNE),
+    ),
+]
+
+SCRATCH_TRAIN = [
+    ("steps-0", ["--steps", "0"], "--steps: must be at least 1"),
+    ("steps-huge", ["--steps", str(10**9)], "the paper trains 100,000 steps"),
+    ("batch-0", [*OK_SCRATCH, "--batch-size", "0"], "--batch-size: must be at least 1"),
+    ("batch-huge", [*OK_SCRATCH, "--batch-size", str(10**7)], "at most 16,384"),
+    ("heads-do-not-divide", [*OK_SCRATCH, "--n-head", "3"], "must divide n_embd 256"),
+    ("width-0", [*OK_SCRATCH, "--n-embd", "0"], "--n-embd: must be at least 8"),
+    ("depth-0", [*OK_SCRATCH, "--depth", "0"], "--depth: must be at least 1"),
+    ("lr-0", [*OK_SCRATCH, "--lr", "0"], "--lr: must be greater than 0"),
+    ("lr-negative", [*OK_SCRATCH, "--lr", "-0.001"], "must be greater than 0"),
+    ("lr-nan", [*OK_SCRATCH, "--lr", "nan"], "finite"),
+    ("eval-every-0", [*OK_SCRATCH, "--eval-every", "0"], "--eval-every: must be at least 1"),
+    ("test-size-0", [*OK_SCRATCH, "--test-size", "0"], "--test-size: must be at least 1"),
+    ("precision-typo", [*OK_SCRATCH, "--precision", "fp8"], "unknown precision 'fp8'"),
+    ("format-unknown", [*OK_SCRATCH, "--eval-formats", "e4m3,fp4"], "fp4"),
+    ("format-range", [*OK_SCRATCH, "--eval-formats", "e9m2"], "2 <= E <= 8"),
+    ("format-repeated", [*OK_SCRATCH, "--eval-formats", "e8m7,e8m7"], "lists e8m7 twice"),
+    ("base-1", [*OK_SCRATCH, "--base", "1"], "--base: must be at least 2"),
+    ("length-0", [*OK_SCRATCH, "--length", "0"], "--length: must be at least 1"),
+    ("length-huge", [*OK_SCRATCH, "--length", "1000"], "at most 256"),
+    ("op-unknown", [*OK_SCRATCH, "--op", "div"], "unknown op"),
+    ("mul-three", [*OK_SCRATCH, "--op", "mul", "--operands", "3"], "mul takes exactly 2"),
+    ("operands-1", [*OK_SCRATCH, "--operands", "1"], "--operands: must be at least 2"),
+    ("seed-negative", [*OK_SCRATCH, "--seed", "-1"], "--seed: must be at least 0"),
+    ("threads-0", [*OK_SCRATCH, "--threads", "0"], "--threads: must be at least 1"),
+    ("threads-huge", [*OK_SCRATCH, "--threads", "100000"], "this machine's cores"),
+    ("warmup-negative", ["--steps", "10", "--warmup-steps", "-1"], "--warmup-steps: must be at least 0"),
+    ("warmup-past-steps", ["--steps", "50"], "warmup_steps 100 exceeds steps 50"),
+    ("weight-decay-negative", [*OK_SCRATCH, "--weight-decay", "-1"], "--weight-decay: must be at least 0"),
+    ("out-a-file", [*OK_SCRATCH, "--out", "a_file"], "is a file"),
+    ("abbreviated", ["--ste", "5"], "--ste is not a flag; write it in full"),
+]
+
+
+def sweep(name: str, text: str | bytes, fragment: str) -> tuple:
+    return (name, ["--config", "{config}", "--out", "sw"], fragment, config(text))
+
+
+SCRATCH_SWEEP = [
+    sweep("empty", "", "tasks: is required"),
+    sweep("not-utf8", b"tasks: [{op: add, base: 2, lengths: [2]}] # \xff\n", "not UTF-8 text"),
+    sweep("tasks-empty", "tasks: []\n", "tasks: must not be empty"),
+    sweep("lengths-empty", "tasks: [{op: add, base: 2, lengths: []}]\n", "lengths: must not be empty"),
+    sweep("lengths-repeated", "tasks: [{op: add, base: 2, lengths: [2, 2]}]\n", "lists 2 twice"),
+    sweep(
+        "task-repeated", OK_SWEEP.replace("lengths: [2]}]", "lengths: [2]}, {op: add, base: 2, lengths: [2]}]"), "twice"
+    ),
+    sweep("op-typo", "tasks: [{op: sub, base: 2, lengths: [2]}]\n", "tasks.0.op"),
+    sweep(
+        "base-1", "tasks: [{op: add, base: 1, lengths: [2]}]\n" + OK_SWEEP.split("\n", 1)[1], "base must be at least 2"
+    ),
+    sweep("precision-typo", OK_SWEEP + "precisions: [fp32, fp33]\n", "precisions"),
+    sweep("precision-repeated", OK_SWEEP + "precisions: [fp32, fp32]\n", "lists fp32 twice"),
+    sweep("depth-0", OK_SWEEP + "depths: [0]\n", "depth must be at least 1"),
+    sweep("seed-negative", OK_SWEEP.replace("seeds: [0]", "seeds: [-1]"), "seed must be at least 0"),
+    sweep("seeds-repeated", OK_SWEEP.replace("seeds: [0]", "seeds: [0, 0]"), "lists 0 twice"),
+    sweep("workers-0", OK_SWEEP + "workers: 0\n", "workers: must be at least 1"),
+    sweep("workers-huge", OK_SWEEP + "workers: 1000000\n", "this machine's cores"),
+    sweep("steps-0", OK_SWEEP.replace("steps: 10,", "steps: 0,"), "steps must be at least 1"),
+    sweep("steps-word", OK_SWEEP.replace("steps: 10,", "steps: many,"), "steps must be an integer"),
+    sweep("heads", OK_SWEEP.replace("steps: 10,", "steps: 10, n_head: 3,"), "must divide n_embd"),
+    sweep("train-key-typo", OK_SWEEP.replace("steps: 10,", "stepz: 10,"), "train.stepz: unknown setting"),
+    sweep("per-cell-in-train", OK_SWEEP.replace("steps: 10,", "steps: 10, precision: bf16,"), "unknown setting"),
+    sweep("format-range", OK_SWEEP.replace("steps: 10,", "steps: 10, eval_formats: [e9m9],"), "e9m9"),
+    sweep("launcher-typo", OK_SWEEP + "launcher: slurmm\n", "launcher"),
+    ("config-missing", ["--config", "gone.yaml", "--out", "sw"], "does not exist"),
+    ("out-a-file", ["--config", "{config}", "--out", "a_file"], "is a file", config(OK_SWEEP)),
+]
+
+QUANTIZE = [
+    ("group-0", ["--method", "gptq", "--group-size", "0"], "--group-size: must be at least 8"),
+    ("group-negative", ["--method", "gptq", "--group-size", "-1"], "must be at least 8"),
+    ("group-huge", ["--method", "gptq", "--group-size", "100000"], "at most 4,096"),
+    ("group-does-not-tile", ["--method", "gptq", "--group-size", "100"], "does not divide"),
+    ("bits-3", ["--method", "gptq", "--bits", "3"], "stores 4"),
+    ("samples-0", ["--method", "gptq", "--samples", "0"], "--samples: must be at least 1"),
+    ("samples-huge", ["--method", "gptq", "--samples", str(10**7)], "calibrate on 128-512"),
+    ("seed-negative", ["--method", "gptq", "--seed", "-1"], "--seed: must be at least 0"),
+    ("method-unknown", ["--method", "hqq"], "invalid choice: 'hqq'"),
+    ("model-unknown", ["--method", "gptq", "--model", "gpt-7"], "unknown model 'gpt-7'"),
+    ("format-mismatch", ["--method", "gptq", "--format", "autoawq"], "--format autoawq holds AWQ"),
+    ("out-a-file", ["--method", "gptq", "--out", "a_file"], "is a file"),
+    ("abbreviated", ["--meth", "gptq"], "--meth is not a flag; write it in full"),
+]
+
+BENCH = [
+    ("problems-0", ["--out", "b", "--problems", "0"], "--problems: must be at least 1"),
+    ("problems-huge", ["--out", "b", "--problems", str(10**7)], "at most 100,000"),
+    ("repeats-0", ["--out", "b", "--repeats", "0"], "--repeats: must be at least 1"),
+    ("repeats-huge", ["--out", "b", "--repeats", "1000"], "at most 100"),
+    ("threads-0", ["--out", "b", "--threads", "0"], "--threads: must be at least 1"),
+    ("threads-huge", ["--out", "b", "--threads", "1000000"], "this machine's cores"),
+    ("batch-0", ["--out", "b", "--batch-size", "0"], "--batch-size: must be at least 1"),
+    ("section-unknown", ["--out", "b", "--only", "speed"], "unknown section"),
+    ("section-repeated", ["--out", "b", "--only", "eval,eval"], "lists eval twice"),
+    ("out-a-file", ["--out", "a_file"], "is a file"),
+    ("out-missing", ["--problems", "5"], "required: --out"),
+    ("abbreviated", ["--out", "b", "--prob", "5"], "--prob is not a flag; write it in full"),
+]
+
+MATRIX = {
+    "harness.eval": EVAL,
+    "harness.problems": PROBLEMS,
+    "finetune.data": FINETUNE_DATA,
+    "finetune.train": FINETUNE_TRAIN,
+    "scratch.train": SCRATCH_TRAIN,
+    "scratch.sweep": SCRATCH_SWEEP,
+    "harness.quantize": QUANTIZE,
+    "bench.run": BENCH,
+}
+
+
+def cases():
+    """(module, argv, fragment, file) for every row; ``file`` is a (name, content) to write first, or None."""
+    for module, rows in MATRIX.items():
+        for row in rows:
+            values, marks = (row.values, row.marks) if hasattr(row, "values") else (row, ())
+            name, argv, fragment, *file = values
+            yield pytest.param(module, argv, fragment, file[0] if file else None, id=f"{module}:{name}", marks=marks)
+
+
+def test_the_matrix_covers_every_command():
+    assert sum(len(rows) for rows in MATRIX.values()) >= 80
+    assert all(len(rows) >= 10 for rows in MATRIX.values())
+
+
+@pytest.fixture
+def workdir(tmp_path, monkeypatch):
+    """Inputs of every kind the cases point at, in the current directory."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "a_file").write_text("not a directory\n")
+    (tmp_path / "empty_dir").mkdir()
+    models = {
+        "broken_model": b"{not json",
+        "list_model": b"[]",
+        "latin1_model": b'{"model_type": "caf\xe9"}',
+        "typeless_model": b'{"hidden_size": 8}',
+        "model_dir": b'{"model_type": "llama"}',
+    }
+    for name, content in models.items():
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "config.json").write_bytes(content)
+    adapters = {
+        "broken_adapter": "{",
+        "typeless_adapter": json.dumps({"r": 8}),
+        "weightless_adapter": json.dumps({"peft_type": "LORA", "r": 8}),
+    }
+    for name, content in adapters.items():
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "adapter_config.json").write_text(content)
+    return tmp_path
+
+
+def files_under(root) -> set:
+    return {path.relative_to(root) for path in root.rglob("*")}
+
+
+class StartedWork(Exception):
+    """The command was still running after the bad input: it had started work instead of refusing."""
+
+
+@pytest.mark.parametrize("module,argv,fragment,file", list(cases()))
+def test_bad_input_is_one_line_exit_2_and_nothing_written(module, argv, fragment, file, workdir, capsys):
+    if file:
+        name, content = file
+        (workdir / name).write_bytes(content if isinstance(content, bytes) else content.encode())
+    before = files_under(workdir)
+    main = importlib.import_module(module).main
+
+    def started(signum, frame):
+        raise StartedWork(f"{module} {argv} was still running after 60 s")
+
+    previous = signal.signal(signal.SIGALRM, started)
+    signal.alarm(60)
+    try:
+        with pytest.raises(SystemExit) as exit_info:
+            run(main, [arg.replace("{config}", "config.yaml") for arg in argv])
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert exit_info.value.code == 2, err
+    assert len(lines) == 1 and lines[0].startswith("error: "), err
+    assert fragment in lines[0], lines[0]
+    assert files_under(workdir) == before, "a refused command writes nothing"
+
+
+@pytest.mark.parametrize(
+    "module,argv,fragment",
+    [
+        ("harness.eval", ["--samples", "0"], "--samples: must be at least 1"),
+        ("harness.eval", ["--model", "gpt-7"], "unknown model 'gpt-7'"),
+        ("scratch.train", ["--n-head", "3"], "must divide n_embd"),
+        ("finetune.data", ["--scale", "0"], "--scale: must be greater than 0"),
+        ("bench.run", ["--out", "b", "--only", "eval,eval"], "lists eval twice"),
+    ],
+)
+def test_the_real_process_prints_one_line_and_exits_2(module, argv, fragment, tmp_path):
+    assert_user_error(run_module(module, *argv, cwd=tmp_path), fragment)
+    assert not list(tmp_path.iterdir())
+
+
+def test_an_unwritable_directory_is_refused_before_work(tmp_path, workdir, capsys):
+    if os.geteuid() == 0:
+        pytest.skip("root writes anywhere; the path-under-a-file cases cover this as root")
+    locked = workdir / "locked"
+    locked.mkdir(mode=0o500)
+    with pytest.raises(SystemExit) as exit_info:
+        run(importlib.import_module("harness.eval").main, ["--out", str(locked / "run")])
+    assert exit_info.value.code == 2
+    assert "permission denied" in capsys.readouterr().err
