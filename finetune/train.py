@@ -41,8 +41,9 @@ from harness.cli import (
 )
 from harness.config import StrictModel, load_yaml_model
 
-WIDTH = Annotated[int, Bound(1, 65_536, "wider than any Llama").field]
-LAYERS = Annotated[int, Bound(1, 256, "deeper than any Llama").field]
+# A tiny model is for tests and smoke runs; real models come from the registry or model_path.
+WIDTH = Annotated[int, Bound(1, 4096, "a tiny model; give a real one as model or model_path").field]
+LAYERS = Annotated[int, Bound(1, 64, "a tiny model; give a real one as model or model_path").field]
 
 
 class TinyModel(StrictModel):

@@ -137,8 +137,7 @@ def check_weights(model: ModelSpec, model_path: str | None = None, precision: Pr
         return
     check_unquantized(model_path)
     if model_path:
-        if not (Path(model_path) / "config.json").is_file():
-            raise UserError(f"--model-path {model_path} is not a model directory (no config.json there)")
+        check_model_dir(Path(model_path))
     elif model.source.get("kind") == "gguf-package":
         gguf_file(model.source["package"], model.source["file"])
     elif model.source.get("kind") == "hub":
@@ -148,10 +147,7 @@ def check_weights(model: ModelSpec, model_path: str | None = None, precision: Pr
 def resolve_weights(model: ModelSpec, model_path: str | None = None) -> str:
     """A local directory (or a hub id present in the local HF cache) from which transformers can load."""
     if model_path:
-        path = Path(model_path)
-        if not (path / "config.json").is_file():
-            raise UserError(f"--model-path {model_path} is not a model directory (no config.json there)")
-        return str(path)
+        return str(check_model_dir(Path(model_path)))
     kind = model.source.get("kind")
     if kind == "gguf-package":
         return str(converted_gguf_package(model))
@@ -186,9 +182,9 @@ def variant_weights(
         return str(gguf_variant(model, precision))
     if precision.prequantized:
         path = Path(model_path) if model_path else quantized_dir(model, precision)
+        if model_path:
+            check_model_dir(path)
         if not (path / "config.json").is_file():
-            if model_path:
-                raise UserError(f"--model-path {model_path} is not a model directory (no config.json there)")
             if model.source.get("kind") == "hub":
                 return _hub_snapshot(model)
             raise UserError(
@@ -207,6 +203,17 @@ def quantized_dir(model: ModelSpec, precision: PrecisionSpec) -> Path:
     return (
         cache_root() / "quantized" / f"{model.name}-{precision.method}-w{precision.weight_bits}-g{precision.group_size}"
     )
+
+
+def check_model_dir(path: Path) -> Path:
+    """A directory transformers can load: a readable config.json and weights beside it."""
+    if not (path / "config.json").is_file():
+        raise UserError(f"--model-path {path} is not a model directory (no config.json there)")
+    quantization_config(path)  # reads and checks config.json
+    weights = ("*.safetensors", "pytorch_model*.bin", "*.safetensors.index.json")
+    if not any(next(path.glob(pattern), None) for pattern in weights):
+        raise UserError(f"--model-path {path} has a config.json but no weights (*.safetensors or pytorch_model.bin)")
+    return path
 
 
 def quantization_config(path: str | Path) -> dict | None:

@@ -80,10 +80,18 @@ class RunConfig:
             bound.check(getattr(self, name), name)
         if self.n_embd % self.n_head or (self.n_embd // self.n_head) % 2:
             raise UserError(f"n_head {self.n_head} must divide n_embd {self.n_embd} into even head sizes (RoPE)")
+        parameters = 12 * self.depth * self.n_embd**2
+        if parameters > MAX_PARAMETERS:
+            raise UserError(
+                f"depth {self.depth} x n_embd {self.n_embd} is about {parameters / 1e9:.1f}B parameters; at most "
+                f"{MAX_PARAMETERS / 1e9:.0f}B here (the paper's models have 2-4M; AdamW needs 16 bytes each)"
+            )
         if self.warmup_steps > self.steps:
             raise UserError(
                 f"warmup_steps {self.warmup_steps} exceeds steps {self.steps}: the schedule would never peak"
             )
+        if not isinstance(self.eval_formats, list) or not all(isinstance(f, str) for f in self.eval_formats):
+            raise UserError(f"eval_formats must be a list of formats like [e8m7, e5m10], got {self.eval_formats!r}")
         try:
             self.task()
             training_dtype(self.precision)
@@ -94,6 +102,7 @@ class RunConfig:
         return self
 
 
+MAX_PARAMETERS = 1_000_000_000
 # The paper's model is depth 3-5, hidden 256, 4 heads, batch 512, 100k steps, 50k test problems
 # (appendix tab:model_config, tab:training_config); the upper ends leave wide room above that.
 LIMITS = {
