@@ -10,11 +10,16 @@ from typing import Annotated, Any, Literal, TypeVar
 import yaml
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 
-from harness.cli import BATCH_SIZE, SAMPLES, SEED, TENSOR_PARALLEL, UserError, parse_int_list, unique
+from harness.cli import BATCH_SIZE, SAMPLES, SEED, TENSOR_PARALLEL, Bound, UserError, parse_int_list, unique
 from harness.models import precision_registry
 from harness.problems import BASE, Task, check_cell, parse_task
+from harness.prompts import prompt_deviations
 
 DEFAULT_RUNS = Path("runs") / "eval"  # relative to the working directory; runs/ is in .gitignore
+
+
+# 0 is meaningful here: no check.
+INVARIANCE = Bound(0, SAMPLES.high, "the check re-runs problems of a cell, which has at most this many")
 
 
 class StrictModel(BaseModel):
@@ -115,6 +120,7 @@ class EvalConfig(StrictModel):
     batch_size: Annotated[int, BATCH_SIZE.field] = 256
     backend: Literal["hf", "llamacpp", "vllm"] | None = None  # None: what each precision needs, else hf
     tensor_parallel_size: Annotated[int, TENSOR_PARALLEL.field] = 1  # vllm only
+    invariance_check: Annotated[int, INVARIANCE.field] = 0  # problems per cell re-run at batch size 1; 0: none
 
 
 @dataclass
@@ -136,6 +142,7 @@ class RunSpec:
     adapter: str | None = None
     out: Path | None = None
     tensor_parallel_size: int = 1
+    invariance_check: int = 0
     extra: dict = field(default_factory=dict)
 
     @property
@@ -165,8 +172,10 @@ class RunSpec:
             "batch_size": self.batch_size,
             "backend": self.backend,
             "tensor_parallel_size": self.tensor_parallel_size,
+            "invariance_check": self.invariance_check,
             "model_path": self.model_path,
             "adapter": self.adapter,
+            "prompt_deviations": [note for task, _ in self.grid for note in prompt_deviations(task, self.base)],
         }
 
 
@@ -207,6 +216,7 @@ def build_spec(
     out=None,
     backend=None,
     tensor_parallel_size=None,
+    invariance_check=None,
 ) -> RunSpec:
     """Config values, overridden by whatever flags were given, checked as a whole."""
     grid_config = {parse_task(label).label: lengths for label, lengths in config.grid.items()}
@@ -239,10 +249,11 @@ def build_spec(
         adapter=adapter,
         out=out,
         tensor_parallel_size=tensor_parallel_size if tensor_parallel_size is not None else config.tensor_parallel_size,
+        invariance_check=invariance_check if invariance_check is not None else config.invariance_check,
     )
-    for _, task_lengths in spec.grid:
+    for task, task_lengths in spec.grid:
         for length in task_lengths:
-            check_cell(spec.base, length)
+            check_cell(spec.base, length, task)
     if spec.tensor_parallel_size > 1 and spec.backend != "vllm":
         raise UserError(
             "--tensor-parallel-size splits a model across GPUs under --backend vllm only; add it or drop it"

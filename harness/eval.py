@@ -15,7 +15,7 @@ import sys
 import time
 import zlib
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from tqdm import tqdm
@@ -36,7 +36,7 @@ from harness.cli import (
     run,
     utf8,
 )
-from harness.config import RunSpec, build_spec, load_config
+from harness.config import INVARIANCE, RunSpec, build_spec, load_config
 from harness.models import (
     ModelSpec,
     PrecisionSpec,
@@ -52,7 +52,7 @@ from harness.problems import BASE, DIGITS, Task, generate
 from harness.prompts import TEMPLATE_FOR_TASK, user_message
 from harness.report import write_reports
 from harness.results import CellResult, RunDir, cell_key
-from harness.scoring import extract_answer, is_correct, wilson_interval
+from harness.scoring import extract, is_correct, wilson_interval
 
 
 @dataclass
@@ -183,10 +183,34 @@ def run_group(
     results, offset = [], 0
     for cell in cells:
         own = generations[offset : offset + len(cell.problems)]
+        own_budgets, own_seeds = (
+            budgets[offset : offset + len(cell.problems)],
+            seeds[offset : offset + len(cell.problems)],
+        )
         offset += len(cell.problems)
         share = wall * sum(g.tokens for g in own) / total_tokens  # the group's time, split by tokens
-        results.append(score_cell(backend, cell, spec, own, share, total_tokens / wall if wall > 0 else 0.0))
+        row, samples = score_cell(backend, cell, spec, own, share, total_tokens / wall if wall > 0 else 0.0)
+        if spec.invariance_check:
+            row = invariance_check(backend, cell, spec, own, own_budgets, own_seeds, row)
+        results.append((row, samples))
     return results
+
+
+def invariance_check(backend, cell: Cell, spec: RunSpec, batched, budgets, seeds, row: CellResult) -> CellResult:
+    """Generate the cell's first K problems again one at a time (same budgets and seeds) and count the outputs and
+    verdicts that differ from the batched run."""
+    k = min(spec.invariance_check, len(cell.problems))
+    outputs = verdicts = 0
+    for index in range(k):
+        alone = backend.generate(
+            [cell.prompts[index]], [budgets[index]], Sampling.named(spec.decoding), seed=[seeds[index]]
+        )
+        text, gold = alone[0].text, cell.problems[index].answer
+        outputs += text != batched[index].text
+        verdicts += is_correct(extract(text, spec.base).answer, gold, spec.base) != is_correct(
+            extract(batched[index].text, spec.base).answer, gold, spec.base
+        )
+    return replace(row, flip_k=k, flip_outputs=outputs, flip_verdicts=verdicts)
 
 
 def score_cell(backend, cell: Cell, spec: RunSpec, generations, wall: float, tokens_per_s: float):
@@ -203,7 +227,8 @@ def score_cell(backend, cell: Cell, spec: RunSpec, generations, wall: float, tok
     }
     samples, correct, no_answer = [], 0, 0
     for problem, prompt, generation in zip(problems, prompts, generations, strict=True):
-        answer = extract_answer(generation.text, spec.base)
+        extraction = extract(generation.text, spec.base, problem.expression)
+        answer = extraction.answer
         hit = is_correct(answer, problem.answer, spec.base)
         correct += hit
         no_answer += answer is None
@@ -215,6 +240,7 @@ def score_cell(backend, cell: Cell, spec: RunSpec, generations, wall: float, tok
                 "prompt": prompt,
                 "output": generation.text,
                 "extracted": answer,
+                "rule": extraction.rule,
                 "gold": problem.answer,
                 "correct": hit,
             }
@@ -361,6 +387,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="hf (transformers), llamacpp (GGUF) or vllm (CUDA); default: what each precision needs, else hf",
     )
     parser.add_argument(
+        "--invariance-check",
+        type=INVARIANCE.arg,
+        metavar="K",
+        help="generate each cell's first K problems again at batch size 1 and count the answers that change",
+    )
+    parser.add_argument(
         "--tensor-parallel-size", type=TENSOR_PARALLEL.arg, help="GPUs per model for --backend vllm (default 1)"
     )
     args = parser.parse_args(argv)
@@ -382,6 +414,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         out=args.out,
         backend=args.backend,
         tensor_parallel_size=args.tensor_parallel_size,
+        invariance_check=args.invariance_check,
     )
     command = "python -m harness.eval " + shlex.join(sys.argv[1:] if argv is None else list(argv))
     started = time.perf_counter()

@@ -123,9 +123,14 @@ def to_base(value: int, base: int) -> str:
     return "".join(reversed(digits))
 
 
-def check_cell(base: int, length: int) -> None:
+def check_cell(base: int, length: int, task: Task | None = None) -> None:
     BASE.check(base, "base")
     LENGTH.check(length, "length")
+    if task is not None and task.truncate is not None and task.truncate > 2 * length:
+        raise UserError(
+            f"{task.label} at length {length}: a product of two {length}-digit numbers has at most {2 * length} "
+            f"digits, so l must be at most {2 * length} (the paper's MUL_p(n, l) takes l <= 2n)"
+        )
 
 
 def cell_rng(seed: int, task: Task, base: int, length: int, stream: str = "eval") -> np.random.Generator:
@@ -142,7 +147,7 @@ def cell_rng(seed: int, task: Task, base: int, length: int, stream: str = "eval"
 
 def draw_digits(seed: int, task: Task, base: int, length: int, count: int, stream: str = "eval") -> np.ndarray:
     """Uniform digits of shape (count, operands, length), most significant first (Alg. get_data)."""
-    check_cell(base, length)
+    check_cell(base, length, task)
     COUNT.check(count, "count")
     if count * task.operands * length > MAX_DIGITS_DRAWN:
         raise UserError(

@@ -1,12 +1,13 @@
-"""summary.md and accuracy_vs_length.png from a run directory's results.csv.
+"""summary.md, accuracy_vs_length.png, comparisons.csv, anatomy.csv and error_anatomy.png from a run directory's
+results.csv and samples.jsonl.
 
-Both are regenerated from results.csv after every finished cell, so they always describe exactly the
-cells that are saved.
+All are regenerated after every finished cell, so they always describe exactly the cells that are saved.
 """
 
 from __future__ import annotations
 
 import io
+import json
 from collections.abc import Sequence
 from functools import cache
 from importlib import resources
@@ -14,6 +15,10 @@ from pathlib import Path
 
 import yaml
 
+from harness.anatomy import anatomy_csv, anatomy_plot_png, anatomy_rows
+from harness.compare import Comparison, comparisons_csv, comparisons_markdown, paired_comparisons
+from harness.problems import parse_task
+from harness.prompts import prompt_deviations
 from harness.results import CellResult, atomic_write_bytes, atomic_write_text
 
 BASE_10_ONLY = 10  # the paper's reference table is base 10
@@ -28,11 +33,28 @@ def task_label(row: CellResult) -> str:
     return row.task
 
 
-def series_label(row: CellResult) -> str:
-    label = f"{row.model} {row.precision}"
-    if row.adapter:
-        label += f" +{Path(row.adapter).name}"
+def series_label(row: CellResult | dict) -> str:
+    """'model precision [+adapter]' of a results row or a sample."""
+    get = row.get if isinstance(row, dict) else lambda name: getattr(row, name)
+    label = f"{get('model')} {get('precision')}"
+    if get("adapter"):
+        label += f" +{Path(get('adapter')).name}"
     return label
+
+
+def sample_task_label(sample: dict) -> str:
+    if sample["task"] == "iter_add":
+        return f"iter_add:{sample['operands']}"
+    if sample.get("truncate") not in ("", None):
+        return f"mul:trunc={sample['truncate']}"
+    return sample["task"]
+
+
+def read_samples(path: Path) -> list[dict]:
+    """The samples of a run directory (checked whole on resume by RunDir)."""
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
 
 
 @cache
@@ -49,7 +71,9 @@ def _grouped(rows: Sequence[CellResult]) -> dict[tuple[str, int], dict[str, dict
     return groups
 
 
-def summary_markdown(rows: Sequence[CellResult], commands: Sequence[str]) -> str:
+def summary_markdown(
+    rows: Sequence[CellResult], commands: Sequence[str], comparisons: Sequence[Comparison] = ()
+) -> str:
     lines = ["# Accuracy vs operand length", ""]
     if rows:
         first = rows[0]
@@ -58,6 +82,10 @@ def summary_markdown(rows: Sequence[CellResult], commands: Sequence[str]) -> str
             f"decoding {first.decoding}, seed {first.seed}."
         )
         lines.append("")
+        deviations = sorted({note for row in rows for note in prompt_deviations(parse_task(task_label(row)), row.base)})
+        if deviations:
+            lines += ["Prompts that depart from the paper's (which evaluated base 10 only):", ""]
+            lines += [f"- {note}" for note in deviations] + [""]
     for (label, base), series in _grouped(rows).items():
         lines += [f"## {label}, base {base}", ""]
         refs = {name: table[label] for name, table in reference().items() if base == BASE_10_ONLY and label in table}
@@ -73,6 +101,9 @@ def summary_markdown(rows: Sequence[CellResult], commands: Sequence[str]) -> str
             cells += [f"{refs[name][length]:.3f}" if length in refs[name] else "" for name in refs]
             lines.append(f"| {length} | " + " | ".join(cells) + " |")
         lines.append("")
+    lines += comparisons_markdown(comparisons)
+    lines += invariance_markdown(rows)
+    lines += unreadable_markdown(rows)
     lines += [
         "## Models",
         "",
@@ -105,6 +136,49 @@ def summary_markdown(rows: Sequence[CellResult], commands: Sequence[str]) -> str
         + ["```", ""]
     )
     return "\n".join(lines)
+
+
+def invariance_markdown(rows: Sequence[CellResult]) -> list[str]:
+    """Per series: of the problems generated again at batch size 1 (--invariance-check), how many changed."""
+    checked = [row for row in rows if row.flip_k]
+    if not checked:
+        return []
+    lines = [
+        "## Batch-size invariance",
+        "",
+        "Each cell's first K problems generated again one at a time, with the same seeds: outputs and verdicts that "
+        "differ from the batched run.",
+        "",
+        "| series | activation dtype | kernel | problems re-run | outputs changed | verdicts changed |",
+        "|---|---|---|---:|---:|---:|",
+    ]
+    for name in dict.fromkeys(series_label(row) for row in checked):
+        own = [row for row in checked if series_label(row) == name]
+        k, outputs, verdicts = (sum(getattr(r, f) for r in own) for f in ("flip_k", "flip_outputs", "flip_verdicts"))
+        lines.append(
+            f"| {name} | {own[0].activation_dtype} | {own[0].kernel or 'not recorded'} | {k} | {outputs} | {verdicts} |"
+        )
+    return [*lines, ""]
+
+
+def unreadable_markdown(rows: Sequence[CellResult]) -> list[str]:
+    """Per cell, how many answers the strict reader could not find (harness/scoring.py; reasons in samples.jsonl)."""
+    if not any(row.no_answer for row in rows):
+        return ["No answer was unreadable: every output stated one numeral where scoring looks for it.", ""]
+    lines = [
+        "## Unreadable answers",
+        "",
+        "Outputs from which no answer could be read, of n (the rule column of samples.jsonl says why for each).",
+        "",
+    ]
+    for (label, base), series in _grouped(rows).items():
+        lines += [f"**{label}, base {base}**", "", "| length | " + " | ".join(series) + " |"]
+        lines.append("|---:|" + "---:|" * len(series))
+        for length in sorted({length for cells in series.values() for length in cells}):
+            cells = [series[name].get(length) for name in series]
+            lines.append(f"| {length} | " + " | ".join(f"{c.no_answer}/{c.n}" if c else "" for c in cells) + " |")
+        lines.append("")
+    return lines
 
 
 def accuracy_plot_png(rows: Sequence[CellResult]) -> bytes:
@@ -156,5 +230,11 @@ def accuracy_plot_png(rows: Sequence[CellResult]) -> bytes:
 
 
 def write_reports(out: Path, rows: Sequence[CellResult], commands: Sequence[str]) -> None:
-    atomic_write_text(out / "summary.md", summary_markdown(rows, commands))
+    samples = read_samples(out / "samples.jsonl")
+    comparisons = paired_comparisons(samples, series_label, sample_task_label)
+    anatomy = anatomy_rows(samples, series_label, sample_task_label)
+    atomic_write_text(out / "comparisons.csv", comparisons_csv(comparisons))
+    atomic_write_text(out / "anatomy.csv", anatomy_csv(anatomy))
+    atomic_write_bytes(out / "error_anatomy.png", anatomy_plot_png(anatomy))
+    atomic_write_text(out / "summary.md", summary_markdown(rows, commands, comparisons))
     atomic_write_bytes(out / "accuracy_vs_length.png", accuracy_plot_png(rows))

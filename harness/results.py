@@ -59,6 +59,12 @@ class CellResult:
     # The code that runs the linear layers, read off the loaded model (torch.Linear, bitsandbytes.Linear4bit,
     # gptqmodel.TorchAtenAwqLinear, llama.cpp ...): the same precision runs on other kernels on other machines.
     kernel: str = ""
+    # --invariance-check K: the cell's first K problems generated again one at a time (batch size 1); how many
+    # outputs and how many verdicts differ from the batched run. Reduced precision can make greedy answers depend
+    # on the batch (padding and kernel choice change the order of float sums).
+    flip_k: int = 0
+    flip_outputs: int = 0
+    flip_verdicts: int = 0
 
     @property
     def key(self) -> tuple:
@@ -69,7 +75,7 @@ class CellResult:
 
 COLUMNS = [f.name for f in fields(CellResult)]
 # Columns added after run directories were already written; a file without them reads them as "" (not recorded).
-LATER_COLUMNS = {"kernel"}
+LATER_COLUMNS = {"kernel", "flip_k", "flip_outputs", "flip_verdicts"}
 _INT_COLUMNS = {f.name for f in fields(CellResult) if f.type == "int"}
 _FLOAT_COLUMNS = {f.name for f in fields(CellResult) if f.type == "float"}
 
@@ -118,6 +124,8 @@ def _parse_row(row: dict[str, str]) -> CellResult:
     values: dict = {}
     for name in COLUMNS:
         raw = row.get(name, "")
+        if name in LATER_COLUMNS and raw in ("", None):
+            continue  # not recorded in an older file: the field's default
         if name in _INT_COLUMNS:
             values[name] = int(raw)
         elif name in _FLOAT_COLUMNS:

@@ -1,28 +1,55 @@
 """Answer extraction and exact-match scoring, written down once.
 
-The stop rule keeps a model's first non-blank line. From that line we take, in this order:
+The stop rule keeps a model's first non-blank line. On it, the answer is looked for in one place, by the
+first rule that applies:
 
-1. the first number after the last ``=`` (``430 + 41 = 541``; models often echo the expression,
-   as the prompt's format line ``<Expression> = <Result>`` invites);
-2. the number after the last "answer/result/sum/product/total/which is" (or "...:"), "equals" or
-   "equal to" (``The final answer is 541.``, ``... is 3 + 1, which is 4.``);
-3. the number inside ``\\boxed{...}``;
-4. the line itself when it is nothing but a number (``541``, ``**541**``).
+| rule      | where the answer must stand                                   | example                         |
+|-----------|---------------------------------------------------------------|---------------------------------|
+| `equals`  | after the line's last ``=`` outside parentheses               | ``430 + 41 = 541``              |
+| `keyword` | after the last "answer/result/sum/product/total/which is",    | ``The final answer is 541.``    |
+|           | "answer:", "equals" or "equal to"                             |                                 |
+| `boxed`   | inside ``\\boxed{...}``                                       | ``\\boxed{541}``                |
+| `bare`    | the whole line                                                | ``541``, ``**541**``            |
 
-Anything else is no answer. There is deliberately no "last number in the line" fallback: a line such as
-"To calculate the arithmetic expression in base 10 ..." would otherwise answer 10 and score a false hit
-on 3 + 7. A comma between digit groups in base <= 10 is read as a thousands separator (``1,234``).
+What stands there must be **one whole numeral in the task's base**, alone: markdown and sentence punctuation
+around it are dropped (``**541**.``), and a base annotation equal to the task's base is allowed (``1F_{16}``,
+``1F₁₆``, ``1F (base 16)``, ``1F in base 16``). Refused, with the reason recorded as the rule:
+
+- a sign or a fractional part (``-15``, ``15.5``, ``15.0``): not an integer answer;
+- anything after the numeral but punctuation (``15 + 1``, ``15 or 16``, ``15 (wait, 16)``, ``15 (because
+  2 + 3 = 5)``): an answer must not be hedged, continued or explained on its line;
+- text before it (``not 15``, ``isn't 15``, ``a 5-digit number``): words are never read as digits, negations
+  are never read as answers;
+- an echo of the question (``23 * 96 = 23 * 96``), or a base annotation naming another base (``12_{10}`` in a
+  base-2 task).
+
+There is deliberately no "last number in the line" fallback: "To calculate the arithmetic expression in
+base 10 ..." would answer 10 and score a false hit on 3 + 7. **Leading zeros and separators**, one policy
+everywhere: leading zeros are allowed (``0042`` is 42; fixed-width answers are answers); in bases up to 10 a
+comma between groups of exactly three digits is a thousands separator (``1,234``); no other separator is.
 An answer is correct when it denotes the same integer as the gold answer.
 """
 
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from functools import cache
 
 from scipy.stats import binomtest
 
 from harness.problems import DIGITS
+
+RULES = ("equals", "keyword", "boxed", "bare")
+
+
+@dataclass(frozen=True)
+class Extraction:
+    """The answer a generation states (a lower-case base-p digit string, or None) and the rule that decided:
+    one of RULES when an answer was found, else ``none: <why>``."""
+
+    answer: str | None
+    rule: str
 
 
 def answer_line(text: str) -> str:
@@ -34,41 +61,107 @@ def answer_line(text: str) -> str:
 
 
 @cache
-def _number_pattern(base: int) -> re.Pattern[str]:
+def _numeral(base: int) -> str:
     if base <= 10:
         digit = f"[0-{DIGITS[base - 1]}]"
-        return re.compile(rf"(?<![\w.]){digit}+(?:,{digit}{{3}})*(?![\w])")
-    letters = DIGITS[10:base]
-    return re.compile(rf"(?<![\w.])[0-9{letters}]+(?![\w])", re.IGNORECASE)
+        return rf"{digit}+(?:,{digit}{{3}})*"
+    return rf"[0-9{DIGITS[10:base]}]+"
 
 
+_SUBSCRIPT_DIGITS = str.maketrans("₀₁₂₃₄₅₆₇₈₉", "0123456789")
+_ANNOTATION = (  # a base written after the numeral: _{16}, _(16), _16, ₁₆, (base 16), in base 16
+    r"(?:_\{(?P<b1>\d+)\}|_\((?P<b2>\d+)\)|_(?P<b3>\d+)|(?P<b4>[₀-₉]+)"
+    r"|\s*\(base[\s-]*(?P<b5>\d+)\)|\s+in\s+base\s+(?P<b6>\d+))"
+)
 _KEYWORD = re.compile(
-    r"(?:(?:answer|result|sum|product|total|which)\s*(?:is|:)|equals|equal to)\s*[*$\\(]*\s*", re.IGNORECASE
+    r"(?:\b(?:answer|result|sum|product|total|which)\s*(?:\bis\b|:)|\bequals\b|\bequal to\b)", re.IGNORECASE
 )
 _BOXED = re.compile(r"\\boxed\{([^}]*)\}")
-_DECORATION = " \t*_`$.:!\"'()[]{}"
+_LEADING = " \t*_`$\"'[\\"
+_TRAILING = " \t*_`$\"'.,;:!?]\\"
+_OPERATOR = re.compile(r"[-+*/×÷^=<>]")
 
 
-def _first_number(text: str, base: int) -> str | None:
-    match = _number_pattern(base).search(text)
-    return match.group(0).replace(",", "").lower() if match else None
+def _last_equals(line: str) -> int:
+    """Index of the last '=' outside parentheses that is not part of '==', '<=', '>=' or '!='; -1 if none."""
+    depth, found = 0, -1
+    for index, char in enumerate(line):
+        if char in "([{":
+            depth += 1
+        elif char in ")]}":
+            depth = max(0, depth - 1)
+        elif char == "=" and depth == 0:
+            before = line[index - 1] if index else ""
+            after = line[index + 1] if index + 1 < len(line) else ""
+            if not (before and before in "=<>!") and after != "=":
+                found = index
+    return found
 
 
-def extract_answer(text: str, base: int = 10) -> str | None:
-    """The model's answer as a base-p digit string, or None when the first line states none."""
+@cache
+def _pattern(base: int) -> re.Pattern[str]:
+    return re.compile(
+        rf"(?P<sign>[-+−])?\s*\(?(?P<num>{_numeral(base)})\)?(?P<frac>\.\d+)?{_ANNOTATION}?", re.IGNORECASE
+    )
+
+
+def read_numeral(segment: str, base: int, expression: str | None = None) -> Extraction | str:
+    """The one numeral ``segment`` consists of (an Extraction without its rule, as a str), or why it is none."""
+    for delimiter in ("\\(", "\\)", "\\[", "\\]"):  # LaTeX math delimiters are markup
+        segment = segment.replace(delimiter, " ")
+    text = segment.strip().lstrip(_LEADING).rstrip(_TRAILING).strip()
+    while text.endswith(")") and text.count(")") > text.count("("):  # '\\(15\\)' or a closing aside
+        text = text[:-1].rstrip(_TRAILING)
+    if not text:
+        return Extraction(None, "none: nothing where the answer should be")
+    if expression and "".join(text.split()) == "".join(expression.split()):
+        return Extraction(None, "none: echo of the question")
+    match = _pattern(base).match(text)
+    if not match:
+        return Extraction(None, "none: no numeral where the answer should be")
+    if match.end() < len(text):
+        rest = text[match.end() :]
+        if _OPERATOR.search(rest):
+            return Extraction(None, "none: an operator follows the numeral")
+        if re.search(rf"(?<![a-z]){_numeral(base)}(?![a-z])", rest, re.IGNORECASE) or re.search(r"\d", rest):
+            return Extraction(None, "none: a second numeral follows")
+        return Extraction(None, "none: text follows the numeral")
+    if match["sign"]:
+        return Extraction(None, "none: signed")
+    if match["frac"]:
+        return Extraction(None, "none: fractional part")
+    annotated = next((match[f"b{i}"] for i in range(1, 7) if match[f"b{i}"]), None)
+    if annotated is not None and int(annotated.translate(_SUBSCRIPT_DIGITS)) != base:
+        return Extraction(None, f"none: written in base {annotated.translate(_SUBSCRIPT_DIGITS)}, not {base}")
+    return match["num"].replace(",", "").lower()
+
+
+def extract(text: str, base: int = 10, expression: str | None = None) -> Extraction:
+    """The answer the first line states, and the rule that found it (or why there is none). ``expression``,
+    the question, lets an echo of it be named as such."""
     line = answer_line(text)
-    if "=" in line:
-        return _first_number(line.rsplit("=", 1)[1], base)
+    equals = _last_equals(line)
     keywords = list(_KEYWORD.finditer(line))
-    if keywords:
-        return _first_number(line[keywords[-1].end() :], base)
     boxed = _BOXED.search(line)
-    if boxed:
-        return _first_number(boxed.group(1), base)
-    bare = line.strip(_DECORATION)
-    if bare and _number_pattern(base).fullmatch(bare):
-        return bare.replace(",", "").lower()
-    return None
+    if equals >= 0:
+        rule, segment = "equals", line[equals + 1 :]
+    elif keywords:
+        rule, segment = "keyword", line[keywords[-1].end() :]
+    elif boxed:
+        rule, segment = "boxed", boxed.group(1)
+    elif line:
+        rule, segment = "bare", line
+    else:
+        return Extraction(None, "none: empty output")
+    boxed_inside = _BOXED.fullmatch(segment.strip().rstrip(_TRAILING))
+    if boxed_inside:
+        segment = boxed_inside.group(1)
+    found = read_numeral(segment, base, expression)
+    if isinstance(found, Extraction):
+        if rule == "bare" and found.rule == "none: no numeral where the answer should be":
+            return Extraction(None, "none: no answer stated")
+        return found
+    return Extraction(found, rule)
 
 
 def is_correct(extracted: str | None, gold: str, base: int) -> bool:

@@ -11,6 +11,7 @@ import time
 import matplotlib.image
 
 from harness.results import COLUMNS
+from harness.scoring import RULES
 
 from .helpers import ROOT, assert_user_error, command_env, run_module
 
@@ -51,6 +52,8 @@ def test_run_directory_holds_every_output(tmp_path):
         "1",
         "--samples",
         "6",
+        "--invariance-check",
+        "2",
         "--out",
         str(out),
     )
@@ -67,13 +70,16 @@ def test_run_directory_holds_every_output(tmp_path):
         assert row["n"] == "6" and 0 <= int(row["correct"]) <= 6
         assert float(row["ci_low"]) <= float(row["accuracy"]) <= float(row["ci_high"])
     assert {r["weight_dtype"] for r in rows} == {"float32", "bfloat16"}
+    assert {r["flip_k"] for r in rows} == {"2"}
+    assert {r["flip_outputs"] for r in rows if r["precision"] == "fp32"} == {"0"}, "fp32 on CPU is batch-invariant"
     bf16 = next(r for r in rows if r["precision"] == "bf16")
     fp32 = next(r for r in rows if r["precision"] == "fp32")
     assert float(bf16["footprint_mb"]) < 0.6 * float(fp32["footprint_mb"]), "bf16 weights really are 16-bit"
     samples = [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()]
     assert len(samples) == 24
     for sample in samples:
-        assert {"prompt", "output", "extracted", "gold", "correct"} <= set(sample)
+        assert {"prompt", "output", "extracted", "rule", "gold", "correct"} <= set(sample)
+        assert (sample["rule"] in RULES) == (sample["extracted"] is not None)
         assert sample["prompt"].rstrip().endswith("<|im_start|>assistant")
         extracted = sample["extracted"]
         assert sample["correct"] == (extracted is not None and int(extracted) == int(sample["gold"]))
@@ -83,6 +89,16 @@ def test_run_directory_holds_every_output(tmp_path):
     assert "## add, base 10" in summary and "## mul, base 10" in summary
     assert "| smollm2 fp32 | smollm2 bf16 |" in summary and "GPT-4o (paper)" in summary
     assert "python -m harness.eval --model smollm2" in summary, "the summary names the command that made it"
+    assert "## Paired comparisons against smollm2 fp32" in summary and "## Batch-size invariance" in summary
+    comparisons = read_rows(out / "comparisons.csv")
+    assert [(c["variant"], c["task"], c["length"], c["n"]) for c in comparisons] == [
+        ("smollm2 bf16", "add", "1", "6"),
+        ("smollm2 bf16", "mul", "1", "6"),
+    ]
+    anatomy = read_rows(out / "anatomy.csv")
+    assert {a["kind"] for a in anatomy} == {"carry_chain", "digit_position"}
+    assert sum(int(a["n"]) for a in anatomy if a["kind"] == "carry_chain") == 24
+    assert matplotlib.image.imread(out / "error_anatomy.png").shape[0] > 300
     image = matplotlib.image.imread(out / "accuracy_vs_length.png")
     assert image.shape[0] > 200 and image.shape[1] > 400, "a panel per task"
     # Same seed, same problems, same greedy answers.

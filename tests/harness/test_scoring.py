@@ -5,14 +5,14 @@ from pathlib import Path
 
 import pytest
 
-from harness.scoring import answer_line, extract_answer, is_correct, wilson_interval
+from harness.scoring import RULES, answer_line, extract, is_correct, wilson_interval
 
 REAL = [json.loads(line) for line in (Path(__file__).parent / "data" / "real_outputs.jsonl").read_text().splitlines()]
 
 
 @pytest.mark.parametrize("case", REAL, ids=[c["output"][:40] for c in REAL])
 def test_extraction_on_real_outputs(case):
-    assert extract_answer(case["output"], case["base"]) == case["expected"]
+    assert extract(case["output"], case["base"]).answer == case["expected"]
 
 
 @pytest.mark.parametrize(
@@ -31,12 +31,100 @@ def test_extraction_on_real_outputs(case):
     ],
 )
 def test_extraction_rules(text, base, expected):
-    assert extract_answer(text, base) == expected
+    assert extract(text, base).answer == expected
+
+
+# (output, base, gold, verdict): every output the issue found accepted wrongly (or refused wrongly), and their kin.
+ADVERSARIAL = [
+    # signs, fractions, continuations, hedges, negations
+    ("12 + 3 = -15", 10, "15", False),
+    ("The answer is -15.", 10, "15", False),
+    ("12 + 3 = −15", 10, "15", False),
+    ("= 15.5", 10, "15", False),
+    ("= 15.0", 10, "15", False),
+    ("15.0", 10, "15", False),
+    ("= 15 + 1", 10, "15", False),
+    ("12 + 3 = 15 - 0", 10, "15", False),
+    ("15 or 16", 10, "15", False),
+    ("The sum is 15 (wait, 16)", 10, "15", False),
+    ("The answer isn't 15", 10, "15", False),
+    ("The answer is not 15", 10, "15", False),
+    ("12 + 3 = 15 (because 2 + 3 = 5)", 10, "15", False),
+    ("12 + 3 = 15 (because 2 + 3 = 5)", 10, "5", False),
+    ("= 15, which is correct", 10, "15", False),
+    ("= 15 <= 16", 10, "15", False),
+    # echoes of the question
+    ("23 * 96 = 23 * 96", 10, "23", False),
+    ("5 * 1 = 5 * 1", 10, "5", False),
+    ("1 + 0 = 1 + 0", 2, "1", False),
+    ("23 * 96", 10, "23", False),
+    # bases and subscripts
+    ("= 1F_{16}", 16, "1f", True),
+    ("= 1F₁₆", 16, "1f", True),
+    ("= 1f_16", 16, "1f", True),
+    ("= (1F)_{16}", 16, "1f", True),
+    ("= 1F (base 16)", 16, "1f", True),
+    ("= 1F in base 16", 16, "1f", True),
+    ("7 + 3 = 12_{10}", 10, "10", False),
+    ("7 + 3 = 12_{10}", 10, "12", True),
+    ("= 1F_{10}", 16, "1f", False),
+    ("= 1010_{2}", 2, "1010", True),
+    ("10 + 12 = 22", 2, "100", False),
+    ("32 + 78 = aa", 16, "aa", True),
+    ("= AA", 16, "aa", True),
+    # words are never digits
+    ("The result is a 5-digit number", 16, "a", False),
+    ("The answer is a", 16, "a", True),  # a stated numeral, alone, is an answer in base 16
+    ("To calculate the arithmetic expression in base 10 with the specified format, you", 10, "10", False),
+    ("The arithmetic expression is 8 + 0.", 10, "8", False),
+    ("Let me think about it.", 16, "ea", False),
+    # one policy for leading zeros and separators
+    ("= 0015", 10, "15", True),
+    ("0015", 10, "15", True),
+    ("= 1,234", 10, "1234", True),
+    ("1,234", 10, "1234", True),
+    ("= 1,23", 10, "123", False),
+    ("= 1 234", 10, "1234", False),
+    ("= 1_234", 10, "1234", False),
+    # markup and sentence punctuation around the one numeral are fine
+    ("The final answer is **541**.", 10, "541", True),
+    ("The answer is \\(541\\).", 10, "541", True),
+    ("\\boxed{541}", 10, "541", True),
+    ("430 + 111 = \\boxed{541}", 10, "541", True),
+    ("The answer: 541!", 10, "541", True),
+    ("$541$", 10, "541", True),
+    ("The arithmetic expression is 3 + 1, which is 4.", 10, "4", True),
+    ("3 + 4 = 7 = 7", 10, "7", True),
+    ("x == 7", 10, "7", False),
+    ("", 10, "0", False),
+]
+
+
+@pytest.mark.parametrize("output,base,gold,verdict", ADVERSARIAL, ids=[f"{c[0][:30]} b{c[1]}" for c in ADVERSARIAL])
+def test_adversarial_outputs_get_the_right_verdict(output, base, gold, verdict):
+    extraction = extract(output, base, expression="23 * 96" if "23 * 96" in output else None)
+    assert is_correct(extraction.answer, gold, base) == verdict, extraction
+    assert (extraction.rule in RULES) == (extraction.answer is not None), extraction
+    if extraction.answer is None:
+        assert extraction.rule.startswith("none: ")
+
+
+def test_the_rule_that_found_the_answer_is_named():
+    assert extract("430 + 41 = 541", 10).rule == "equals"
+    assert extract("The final answer is 541.", 10).rule == "keyword"
+    assert extract("\\boxed{541}", 10).rule == "boxed"
+    assert extract("**541**", 10).rule == "bare"
+    assert extract("23 * 96 = 23 * 96", 10, expression="23 * 96").rule == "none: echo of the question"
+    assert extract("= 1F_{10}", 16).rule == "none: written in base 10, not 16"
+
+
+def test_the_adversarial_table_is_large():
+    assert len(ADVERSARIAL) >= 40
 
 
 def test_only_the_first_line_counts():
     assert answer_line("\n 12 + 3 = 15\n 12 + 3 = 16") == "12 + 3 = 15"
-    assert extract_answer("7 + 8 = 15\nThe final answer is 16", 10) == "15"
+    assert extract("7 + 8 = 15\nThe final answer is 16", 10).answer == "15"
 
 
 def test_exact_match_by_value():

@@ -1,0 +1,173 @@
+"""Paired comparisons of variants evaluated on the same problems: problem by problem, not accuracy against accuracy.
+
+Two variants of one run directory answer the very same problems (same seed, cell by cell), so their difference
+is judged on the problems where they disagree. For each cell, and pooled over a task's lengths:
+
+- the discordant counts: b = problems only the baseline got right, c = problems only the variant got right;
+- the exact McNemar test: a two-sided binomial test of b against b + c at 1/2 (exact at any count, unlike the
+  chi-square form);
+- the accuracy difference (variant - baseline) with Newcombe's hybrid score interval for paired proportions
+  (Newcombe 1998, method 10: Wilson intervals of both accuracies combined through the continuity-corrected phi
+  correlation of the pairs), which stays inside [-1, 1] and behaves at 0 and n.
+
+The baseline is the run's first series (model + precision + adapter, in the order evaluated); every other series
+is compared with it. Evaluate the reference first: bf16 before int4, LoRA before QLoRA, as the paper compares them.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, fields
+
+from scipy.stats import binomtest
+
+from harness.scoring import wilson_interval
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """One paired comparison: a cell (length set) or a task pooled over its lengths (length "all")."""
+
+    task: str
+    base: int
+    length: str
+    baseline: str
+    variant: str
+    n: int
+    both_correct: int
+    only_baseline: int  # b
+    only_variant: int  # c
+    neither: int
+    baseline_accuracy: float
+    variant_accuracy: float
+    difference: float
+    diff_low: float
+    diff_high: float
+    p_value: float
+
+
+COLUMNS = [f.name for f in fields(Comparison)]
+
+
+def mcnemar_exact(only_baseline: int, only_variant: int) -> float:
+    discordant = only_baseline + only_variant
+    if discordant == 0:
+        return 1.0
+    return float(binomtest(min(only_baseline, only_variant), discordant, 0.5).pvalue)
+
+
+def paired_difference_interval(both: int, only_a: int, only_b: int, neither: int) -> tuple[float, float]:
+    """Newcombe's method-10 interval for p_b - p_a from a paired 2x2 table (a = baseline, b = variant)."""
+    n = both + only_a + only_b + neither
+    if n == 0:
+        return -1.0, 1.0
+    p_a, p_b = (both + only_a) / n, (both + only_b) / n
+    low_a, high_a = wilson_interval(both + only_a, n)
+    low_b, high_b = wilson_interval(both + only_b, n)
+    margins = (both + only_a) * (only_b + neither) * (both + only_b) * (only_a + neither)
+    # Newcombe's continuity-corrected phi: without it, a table with no discordant pair gives a zero-width interval.
+    cross = both * neither - only_a * only_b
+    if cross > 0:
+        cross = max(cross - n / 2, 0.0)
+    phi = cross / math.sqrt(margins) if margins else 0.0
+    difference = p_b - p_a
+    low = difference - math.sqrt(
+        max(0.0, (p_b - low_b) ** 2 - 2 * phi * (p_b - low_b) * (high_a - p_a) + (high_a - p_a) ** 2)
+    )
+    high = difference + math.sqrt(
+        max(0.0, (high_b - p_b) ** 2 - 2 * phi * (high_b - p_b) * (p_a - low_a) + (p_a - low_a) ** 2)
+    )
+    return max(-1.0, low), min(1.0, high)
+
+
+def compare(task: str, base: int, length: str, baseline: str, variant: str, pairs: Sequence[tuple[bool, bool]]):
+    """A Comparison from (baseline correct, variant correct) pairs of the same problems."""
+    both = sum(a and b for a, b in pairs)
+    only_a = sum(a and not b for a, b in pairs)
+    only_b = sum(b and not a for a, b in pairs)
+    neither = len(pairs) - both - only_a - only_b
+    n = len(pairs)
+    low, high = paired_difference_interval(both, only_a, only_b, neither)
+    return Comparison(
+        task=task,
+        base=base,
+        length=length,
+        baseline=baseline,
+        variant=variant,
+        n=n,
+        both_correct=both,
+        only_baseline=only_a,
+        only_variant=only_b,
+        neither=neither,
+        baseline_accuracy=(both + only_a) / n if n else 0.0,
+        variant_accuracy=(both + only_b) / n if n else 0.0,
+        difference=(only_b - only_a) / n if n else 0.0,
+        diff_low=low,
+        diff_high=high,
+        p_value=mcnemar_exact(only_a, only_b),
+    )
+
+
+def paired_comparisons(samples: Sequence[dict], series_of, task_of) -> list[Comparison]:
+    """Every series against the first, per cell and pooled per task. ``series_of(sample)`` and ``task_of(sample)``
+    name a sample's series and task label. Problems are matched by cell and index, and only where both series
+    asked the same expression (a check, since the same seed gives the same problems)."""
+    correct: dict[str, dict[tuple, tuple[str, bool]]] = {}
+    for sample in samples:
+        key = (task_of(sample), int(sample["base"]), int(sample["length"]), int(sample["index"]))
+        correct.setdefault(series_of(sample), {})[key] = (sample["expression"], bool(sample["correct"]))
+    names = list(correct)
+    if len(names) < 2:
+        return []
+    baseline, results = names[0], []
+    for variant in names[1:]:
+        cells: dict[tuple, list[tuple[bool, bool]]] = {}
+        for key, (expression, right) in correct[variant].items():
+            reference = correct[baseline].get(key)
+            if reference and reference[0] == expression:
+                cells.setdefault(key[:3], []).append((reference[1], right))
+        pooled: dict[tuple, list[tuple[bool, bool]]] = {}
+        for (task, base, length), pairs in cells.items():
+            results.append(compare(task, base, str(length), baseline, variant, pairs))
+            pooled.setdefault((task, base), []).extend(pairs)
+        for (task, base), pairs in pooled.items():
+            if len({key for key in cells if key[:2] == (task, base)}) > 1:
+                results.append(compare(task, base, "all", baseline, variant, pairs))
+    return results
+
+
+def comparisons_csv(comparisons: Sequence[Comparison]) -> str:
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=COLUMNS, lineterminator="\n")
+    writer.writeheader()
+    for comparison in comparisons:
+        record = asdict(comparison)
+        for name in ("baseline_accuracy", "variant_accuracy", "difference", "diff_low", "diff_high"):
+            record[name] = f"{record[name]:.4f}"
+        record["p_value"] = f"{record['p_value']:.4g}"
+        writer.writerow(record)
+    return buffer.getvalue()
+
+
+def comparisons_markdown(comparisons: Sequence[Comparison]) -> list[str]:
+    if not comparisons:
+        return []
+    lines = [
+        f"## Paired comparisons against {comparisons[0].baseline}",
+        "",
+        "Same problems, problem by problem: b = right only in the baseline, c = right only in the variant; "
+        "exact McNemar p; difference = variant - baseline with Newcombe's paired 95% interval (comparisons.csv).",
+        "",
+        "| variant | task | length | baseline | variant | difference [95% CI] | b / c | p |",
+        "|---|---|---:|---:|---:|---|---:|---:|",
+    ]
+    for c in comparisons:
+        lines.append(
+            f"| {c.variant} | {c.task} (base {c.base}) | {c.length} | {c.baseline_accuracy:.3f} | "
+            f"{c.variant_accuracy:.3f} | {c.difference:+.3f} [{c.diff_low:+.3f}, {c.diff_high:+.3f}] | "
+            f"{c.only_baseline} / {c.only_variant} | {c.p_value:.3g} |"
+        )
+    return [*lines, ""]

@@ -1,0 +1,75 @@
+"""Paired comparisons: exact McNemar, Newcombe's paired interval, and the matching of problems across series."""
+
+import math
+
+import pytest
+
+from harness.compare import compare, mcnemar_exact, paired_comparisons, paired_difference_interval
+from harness.scoring import wilson_interval
+
+
+def test_exact_mcnemar_is_the_binomial_test_of_the_discordant_pairs():
+    assert mcnemar_exact(10, 0) == pytest.approx(2 * 0.5**10)
+    assert mcnemar_exact(0, 0) == 1.0
+    assert mcnemar_exact(3, 3) == pytest.approx(1.0)
+    assert mcnemar_exact(1, 9) == pytest.approx(2 * 11 / 2**10)  # P(X <= 1) for X ~ Bin(10, 1/2), two-sided
+
+
+@pytest.mark.parametrize("table", [(11, 0, 0, 29), (5, 10, 0, 25), (0, 3, 7, 30), (40, 0, 0, 0), (0, 0, 0, 40)])
+def test_the_paired_interval_holds_the_difference_and_stays_in_range(table):
+    both, only_a, only_b, neither = table
+    n = sum(table)
+    low, high = paired_difference_interval(*table)
+    difference = (only_b - only_a) / n
+    assert -1 <= low <= difference <= high <= 1
+    assert high - low > 0, "no zero-width interval, even without discordant pairs"
+    swapped = paired_difference_interval(both, only_b, only_a, neither)
+    assert swapped == pytest.approx((-high, -low)), "swapping the two series negates the interval"
+
+
+def test_without_correlation_it_is_newcombes_square_and_add_interval():
+    # both * neither == only_a * only_b: phi = 0, so the paired interval is the unpaired hybrid score interval
+    both, only_a, only_b, neither = 4, 4, 8, 8
+    n = 24
+    p_a, p_b = (both + only_a) / n, (both + only_b) / n
+    (la, ua), (lb, ub) = wilson_interval(both + only_a, n), wilson_interval(both + only_b, n)
+    expected = (p_b - p_a - math.hypot(p_b - lb, ua - p_a), p_b - p_a + math.hypot(ub - p_b, p_a - la))
+    assert paired_difference_interval(both, only_a, only_b, neither) == pytest.approx(expected)
+
+
+def test_more_pairs_give_a_narrower_interval():
+    small = paired_difference_interval(5, 3, 1, 11)
+    large = paired_difference_interval(50, 30, 10, 110)
+    assert large[1] - large[0] < small[1] - small[0]
+
+
+def sample(series, length, index, right, expression=None):
+    model, precision = series.split()
+    return {
+        "model": model,
+        "precision": precision,
+        "task": "add",
+        "base": 10,
+        "length": length,
+        "index": index,
+        "expression": expression or f"{index} + {length}",
+        "correct": right,
+    }
+
+
+def test_series_are_compared_problem_by_problem_with_the_first():
+    samples = [sample("m fp32", 1, i, i < 6) for i in range(10)] + [sample("m fp32", 2, i, i < 2) for i in range(10)]
+    samples += [sample("m bf16", 1, i, i < 6) for i in range(10)]  # the same answers
+    samples += [sample("m bf16", 2, i, i >= 8, f"other {i}" if i == 9 else None) for i in range(10)]
+    comparisons = paired_comparisons(samples, lambda s: f"{s['model']} {s['precision']}", lambda s: s["task"])
+    by_length = {c.length: c for c in comparisons}
+    assert {c.baseline for c in comparisons} == {"m fp32"} and {c.variant for c in comparisons} == {"m bf16"}
+    assert (by_length["1"].only_baseline, by_length["1"].only_variant, by_length["1"].p_value) == (0, 0, 1.0)
+    length2 = by_length["2"]
+    assert length2.n == 9, "a problem whose expression differs is not a pair"
+    assert (length2.only_baseline, length2.only_variant, length2.both_correct) == (2, 1, 0)
+    pooled = by_length["all"]
+    assert pooled.n == 19 and pooled.only_baseline == 2 and pooled.only_variant == 1
+    assert pooled == compare(
+        "add", 10, "all", "m fp32", "m bf16", [(i < 6, i < 6) for i in range(10)] + [(i < 2, i >= 8) for i in range(9)]
+    )
