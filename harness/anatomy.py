@@ -15,12 +15,12 @@ Rows go to anatomy.csv, and error_anatomy.png draws both, a column per task, poo
 
 from __future__ import annotations
 
-import csv
 import io
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass, fields
 
 from harness.problems import OPERATORS
+from harness.results import csv_text
 
 
 @dataclass(frozen=True)
@@ -95,14 +95,7 @@ def anatomy_rows(samples: Sequence[dict], series_of: Callable[[dict], str], task
 
 
 def anatomy_csv(rows: Sequence[AnatomyRow]) -> str:
-    buffer = io.StringIO()
-    writer = csv.DictWriter(buffer, fieldnames=COLUMNS, lineterminator="\n")
-    writer.writeheader()
-    for row in rows:
-        record = asdict(row)
-        record["accuracy"] = f"{row.accuracy:.4f}"
-        writer.writerow(record)
-    return buffer.getvalue()
+    return csv_text(rows, {"accuracy": 4}) or ",".join(COLUMNS) + "\n"
 
 
 def anatomy_plot_png(rows: Sequence[AnatomyRow]) -> bytes:

@@ -16,14 +16,13 @@ is compared with it. Evaluate the reference first: bf16 before int4, LoRA before
 
 from __future__ import annotations
 
-import csv
-import io
 import math
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass, fields
 
 from scipy.stats import binomtest
 
+from harness.results import csv_text
 from harness.scoring import wilson_interval
 
 
@@ -140,16 +139,8 @@ def paired_comparisons(samples: Sequence[dict], series_of, task_of) -> list[Comp
 
 
 def comparisons_csv(comparisons: Sequence[Comparison]) -> str:
-    buffer = io.StringIO()
-    writer = csv.DictWriter(buffer, fieldnames=COLUMNS, lineterminator="\n")
-    writer.writeheader()
-    for comparison in comparisons:
-        record = asdict(comparison)
-        for name in ("baseline_accuracy", "variant_accuracy", "difference", "diff_low", "diff_high"):
-            record[name] = f"{record[name]:.4f}"
-        record["p_value"] = f"{record['p_value']:.4g}"
-        writer.writerow(record)
-    return buffer.getvalue()
+    fractions = ("baseline_accuracy", "variant_accuracy", "difference", "diff_low", "diff_high")
+    return csv_text(comparisons, dict.fromkeys(fractions, 4)) or ",".join(COLUMNS) + "\n"
 
 
 def comparisons_markdown(comparisons: Sequence[Comparison]) -> list[str]:

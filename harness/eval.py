@@ -191,12 +191,14 @@ def run_group(
         share = wall * sum(g.tokens for g in own) / total_tokens  # the group's time, split by tokens
         row, samples = score_cell(backend, cell, spec, own, share, total_tokens / wall if wall > 0 else 0.0)
         if spec.invariance_check:
-            row = invariance_check(backend, cell, spec, own, own_budgets, own_seeds, row)
+            row = invariance_check(backend, cell, spec, own, own_budgets, own_seeds, row, progress)
         results.append((row, samples))
     return results
 
 
-def invariance_check(backend, cell: Cell, spec: RunSpec, batched, budgets, seeds, row: CellResult) -> CellResult:
+def invariance_check(
+    backend, cell: Cell, spec: RunSpec, batched, budgets, seeds, row: CellResult, progress
+) -> CellResult:
     """Generate the cell's first K problems again one at a time (same budgets and seeds) and count the outputs and
     verdicts that differ from the batched run."""
     k = min(spec.invariance_check, len(cell.problems))
@@ -206,6 +208,7 @@ def invariance_check(backend, cell: Cell, spec: RunSpec, batched, budgets, seeds
             [cell.prompts[index]], [budgets[index]], Sampling.named(spec.decoding), seed=[seeds[index]]
         )
         text, gold = alone[0].text, cell.problems[index].answer
+        progress.update(1)
         outputs += text != batched[index].text
         verdicts += is_correct(extract(text, spec.base).answer, gold, spec.base) != is_correct(
             extract(batched[index].text, spec.base).answer, gold, spec.base
@@ -311,7 +314,8 @@ def evaluate(spec: RunSpec, command: str) -> RunDir | None:
         print(f"resuming in {out}: {total_cells - len(todo)} of {total_cells} cells already done", file=sys.stderr)
     commands = run_dir.commands() if run_dir else []
     progress = tqdm(
-        total=len(todo) * spec.samples // processes.shard.world,
+        # an invariance check generates K problems of each cell again, on the main process
+        total=len(todo) * spec.samples // processes.shard.world + len(todo) * min(spec.invariance_check, spec.samples),
         unit="problem",
         dynamic_ncols=True,
         file=sys.stderr,

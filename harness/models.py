@@ -108,12 +108,12 @@ def quiet_transformers() -> None:
     are torchao's notes (imported by gptqmodel) on CUDA-only libraries it cannot load."""
     import logging
 
+    for name in ("torchao", "torch.utils._pytree"):  # before transformers' import, which imports torchao
+        logging.getLogger(name).setLevel(logging.ERROR)
     from transformers.utils import logging as hf_logging
 
     hf_logging.set_verbosity_error()
     hf_logging.disable_progress_bar()
-    for name in ("torchao", "torch.utils._pytree"):
-        logging.getLogger(name).setLevel(logging.ERROR)
 
 
 def quiet_gptqmodel() -> None:

@@ -163,18 +163,26 @@ def read_results(path: Path) -> tuple[list[CellResult], int]:
         ) from None
 
 
-def results_csv_text(rows: Iterable[CellResult]) -> str:
+def csv_text(rows: Iterable, decimals: dict[str, int]) -> str:
+    """Dataclass rows as CSV text, the named float columns rounded to their number of decimals."""
+    rows = list(rows)
     buffer = io.StringIO()
-    writer = csv.DictWriter(buffer, fieldnames=COLUMNS, lineterminator="\n")
+    if not rows:
+        return ""
+    writer = csv.DictWriter(buffer, fieldnames=[f.name for f in fields(rows[0])], lineterminator="\n")
     writer.writeheader()
     for row in rows:
         record = asdict(row)
-        for name in ("accuracy", "ci_low", "ci_high"):
-            record[name] = f"{record[name]:.4f}"
-        for name in ("wall_s", "tokens_per_s", "footprint_mb"):
-            record[name] = f"{record[name]:.1f}"
-        writer.writerow(record)
+        writer.writerow({**record, **{name: f"{record[name]:.{places}f}" for name, places in decimals.items()}})
     return buffer.getvalue()
+
+
+def results_csv_text(rows: Iterable[CellResult]) -> str:
+    rows = list(rows)
+    if not rows:
+        return ",".join(COLUMNS) + "\n"
+    decimals = {"accuracy": 4, "ci_low": 4, "ci_high": 4, "wall_s": 1, "tokens_per_s": 1, "footprint_mb": 1}
+    return csv_text(rows, decimals)
 
 
 class RunDir:

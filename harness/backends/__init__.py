@@ -13,7 +13,7 @@ import os
 from dataclasses import dataclass
 
 from harness.cli import UserError
-from harness.models import PrecisionSpec
+from harness.models import PrecisionSpec, quiet_transformers
 
 BACKENDS = ("hf", "llamacpp", "vllm")
 
@@ -133,6 +133,7 @@ def load_backend(
     batch_size: int,
     tensor_parallel_size: int = 1,
 ):
+    quiet_transformers()  # before the backends' imports: transformers imports torchao, which talks at import
     if name == "hf":
         from harness.backends.hf import HFBackend
 
