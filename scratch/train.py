@@ -93,16 +93,27 @@ class RunConfig:
         if not isinstance(self.eval_formats, list) or not all(isinstance(f, str) for f in self.eval_formats):
             raise UserError(f"eval_formats must be a list of formats like [e8m7, e5m10], got {self.eval_formats!r}")
         try:
-            self.task()
+            seq_len = self.task().seq_len
             training_dtype(self.precision)
             for name in unique(self.eval_formats, "eval_formats"):
                 FloatFormat.parse(name)
         except ValueError as err:
             raise UserError(str(err)) from None
+        for name, tokens, limit, why in [
+            ("batch_size", self.batch_size * seq_len, MAX_BATCH_TOKENS, "one step's activations outgrow a GPU"),
+            ("test_size", self.test_size * seq_len, MAX_TEST_TOKENS, "the test set is held in memory at once"),
+        ]:
+            if tokens > limit:
+                raise UserError(
+                    f"{name} {getattr(self, name):,} x {seq_len} tokens per sequence is {tokens:,} tokens; at most "
+                    f"{limit:,} ({why})"
+                )
         return self
 
 
 MAX_PARAMETERS = 1_000_000_000
+MAX_BATCH_TOKENS = 4_000_000  # the paper's step: 512 sequences of at most ~70 tokens, about 36,000
+MAX_TEST_TOKENS = 200_000_000  # 1.6 GB of int64 tokens; the paper's test set: 50,000 sequences
 # The paper's model is depth 3-5, hidden 256, 4 heads, batch 512, 100k steps, 50k test problems
 # (appendix tab:model_config, tab:training_config); the upper ends leave wide room above that.
 LIMITS = {

@@ -267,6 +267,8 @@ SCRATCH_TRAIN = [
     ("steps-huge", ["--steps", str(10**9)], "the paper trains 100,000 steps"),
     ("batch-0", [*OK_SCRATCH, "--batch-size", "0"], "--batch-size: must be at least 1"),
     ("batch-huge", [*OK_SCRATCH, "--batch-size", str(10**7)], "at most 16,384"),
+    ("batch-tokens", [*OK_SCRATCH, "--batch-size", "16000", "--length", "256"], "one step's activations"),
+    ("test-tokens", [*OK_SCRATCH, "--test-size", "1000000", "--length", "256"], "held in memory at once"),
     ("heads-do-not-divide", [*OK_SCRATCH, "--n-head", "3"], "must divide n_embd 256"),
     ("width-0", [*OK_SCRATCH, "--n-embd", "0"], "--n-embd: must be at least 8"),
     ("depth-0", [*OK_SCRATCH, "--depth", "0"], "--depth: must be at least 1"),
