@@ -10,8 +10,9 @@ is judged on the problems where they disagree. For each cell, and pooled over a 
   (Newcombe 1998, method 10: Wilson intervals of both accuracies combined through the continuity-corrected phi
   correlation of the pairs), which stays inside [-1, 1] and behaves at 0 and n.
 
-The baseline is the run's first series (model + precision + adapter, in the order evaluated); every other series
-is compared with it. Evaluate the reference first: bf16 before int4, LoRA before QLoRA, as the paper compares them.
+Every series (model + precision + adapter) is compared with every series evaluated before it (comparisons.csv);
+summary.md shows the comparisons against the run's first series, so evaluate the reference first: bf16 before
+int4, LoRA before QLoRA, as the paper compares them.
 """
 
 from __future__ import annotations
@@ -111,30 +112,35 @@ def compare(task: str, base: int, length: str, baseline: str, variant: str, pair
 
 
 def paired_comparisons(samples: Sequence[dict], series_of, task_of) -> list[Comparison]:
-    """Every series against the first, per cell and pooled per task. ``series_of(sample)`` and ``task_of(sample)``
-    name a sample's series and task label. Problems are matched by cell and index, and only where both series
-    asked the same expression (a check, since the same seed gives the same problems)."""
+    """Every series against every earlier one, per cell and pooled per task. ``series_of(sample)`` and
+    ``task_of(sample)`` name a sample's series and task label. Problems are matched by cell and index, and only
+    where both series asked the same expression (a check, since the same seed gives the same problems)."""
     correct: dict[str, dict[tuple, tuple[str, bool]]] = {}
     for sample in samples:
         key = (task_of(sample), int(sample["base"]), int(sample["length"]), int(sample["index"]))
         correct.setdefault(series_of(sample), {})[key] = (sample["expression"], bool(sample["correct"]))
     names = list(correct)
-    if len(names) < 2:
-        return []
-    baseline, results = names[0], []
-    for variant in names[1:]:
-        cells: dict[tuple, list[tuple[bool, bool]]] = {}
-        for key, (expression, right) in correct[variant].items():
-            reference = correct[baseline].get(key)
-            if reference and reference[0] == expression:
-                cells.setdefault(key[:3], []).append((reference[1], right))
-        pooled: dict[tuple, list[tuple[bool, bool]]] = {}
-        for (task, base, length), pairs in cells.items():
-            results.append(compare(task, base, str(length), baseline, variant, pairs))
-            pooled.setdefault((task, base), []).extend(pairs)
-        for (task, base), pairs in pooled.items():
-            if len({key for key in cells if key[:2] == (task, base)}) > 1:
-                results.append(compare(task, base, "all", baseline, variant, pairs))
+    results: list[Comparison] = []
+    for later, variant in enumerate(names):
+        for baseline in names[:later]:
+            results += _pair(correct[baseline], correct[variant], baseline, variant)
+    return results
+
+
+def _pair(reference_answers: dict, variant_answers: dict, baseline: str, variant: str) -> list[Comparison]:
+    """Per cell, then pooled per task (where the task has more than one cell)."""
+    cells: dict[tuple, list[tuple[bool, bool]]] = {}
+    for key, (expression, right) in variant_answers.items():
+        reference = reference_answers.get(key)
+        if reference and reference[0] == expression:
+            cells.setdefault(key[:3], []).append((reference[1], right))
+    results, pooled = [], {}
+    for (task, base, length), pairs in cells.items():
+        results.append(compare(task, base, str(length), baseline, variant, pairs))
+        pooled.setdefault((task, base), []).extend(pairs)
+    for (task, base), pairs in pooled.items():
+        if len({key for key in cells if key[:2] == (task, base)}) > 1:
+            results.append(compare(task, base, "all", baseline, variant, pairs))
     return results
 
 
@@ -144,13 +150,17 @@ def comparisons_csv(comparisons: Sequence[Comparison]) -> str:
 
 
 def comparisons_markdown(comparisons: Sequence[Comparison]) -> list[str]:
+    """The table against the run's first series (comparisons.csv holds every pair)."""
     if not comparisons:
         return []
+    first = comparisons[0].baseline
+    comparisons = [c for c in comparisons if c.baseline == first]
     lines = [
-        f"## Paired comparisons against {comparisons[0].baseline}",
+        f"## Paired comparisons against {first}",
         "",
         "Same problems, problem by problem: b = right only in the baseline, c = right only in the variant; "
-        "exact McNemar p; difference = variant - baseline with Newcombe's paired 95% interval (comparisons.csv).",
+        "exact McNemar p; difference = variant - baseline with Newcombe's paired 95% interval. comparisons.csv "
+        "holds every pair of series.",
         "",
         "| variant | task | length | baseline | variant | difference [95% CI] | b / c | p |",
         "|---|---|---:|---:|---:|---|---:|---:|",

@@ -70,6 +70,13 @@ def test_series_are_compared_problem_by_problem_with_the_first():
     assert (length2.only_baseline, length2.only_variant, length2.both_correct) == (2, 1, 0)
     pooled = by_length["all"]
     assert pooled.n == 19 and pooled.only_baseline == 2 and pooled.only_variant == 1
+    samples += [sample("m int8", 1, i, i < 5) for i in range(10)]
+    later = paired_comparisons(samples, lambda s: f"{s['model']} {s['precision']}", lambda s: s["task"])
+    assert {(c.baseline, c.variant) for c in later} == {
+        ("m fp32", "m bf16"),
+        ("m fp32", "m int8"),
+        ("m bf16", "m int8"),
+    }
     assert pooled == compare(
         "add", 10, "all", "m fp32", "m bf16", [(i < 6, i < 6) for i in range(10)] + [(i < 2, i >= 8) for i in range(9)]
     )
