@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import argparse
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Annotated, Any, Literal, TypeVar
+from typing import Annotated, Any, Literal, TypeVar, get_args, get_origin
 
 import yaml
-from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, TypeAdapter, ValidationError
 
 from harness.cli import BATCH_SIZE, SAMPLES, SEED, TENSOR_PARALLEL, Bound, UserError, parse_int_list, unique
 from harness.models import precision_registry
@@ -113,14 +114,76 @@ class EvalConfig(StrictModel):
     # Applied to each model that takes them; a model that takes none of them runs at its default precision.
     precisions: Annotated[Distinct, AfterValidator(_known_precisions)] | None = None
     grid: Annotated[dict[str, Lengths], Field(min_length=1)]  # task -> lengths: a list or a range string "1-13"
-    base: Annotated[int, BASE.field] = 10
-    samples: Annotated[int, SAMPLES.field] = 100
-    decoding: Literal["greedy", "paper"] = "greedy"
-    seed: Annotated[int, SEED.field] = 0
-    batch_size: Annotated[int, BATCH_SIZE.field] = 256
-    backend: Literal["hf", "llamacpp", "vllm"] | None = None  # None: what each precision needs, else hf
-    tensor_parallel_size: Annotated[int, TENSOR_PARALLEL.field] = 1  # vllm only
-    invariance_check: Annotated[int, INVARIANCE.field] = 0  # problems per cell re-run at batch size 1; 0: none
+    # The run's settings: each is also a flag of harness.eval (--batch-size for batch_size), parsed and checked by
+    # this very field (add_setting_flags), so a flag and a config key cannot disagree.
+    base: Annotated[int, BASE.field, Field(description="number base 2-36 (the paper's LLM grid is base 10)")] = 10
+    samples: Annotated[int, SAMPLES.field, Field(description="problems per cell")] = 100
+    decoding: Annotated[
+        Literal["greedy", "paper"],
+        Field(description="greedy, or the paper's sampling (top-k 50, top-p 0.95, temperature 0.1)"),
+    ] = "greedy"
+    seed: Annotated[int, SEED.field, Field(description="seed of every cell's problems and sampling")] = 0
+    batch_size: Annotated[int, BATCH_SIZE.field, Field(description="rows decoded together")] = 256
+    backend: Annotated[
+        Literal["hf", "llamacpp", "vllm"] | None,
+        Field(description="hf (transformers), llamacpp (GGUF) or vllm (CUDA); default: what each precision needs"),
+    ] = None
+    tensor_parallel_size: Annotated[
+        int, TENSOR_PARALLEL.field, Field(description="GPUs per model for --backend vllm (default 1)")
+    ] = 1
+    invariance_check: Annotated[
+        int,
+        INVARIANCE.field,
+        Field(description="generate each cell's first K problems again at batch size 1; count the answers that change"),
+    ] = 0
+
+
+SETTINGS = ("samples", "seed", "decoding", "base", "batch_size", "backend", "tensor_parallel_size", "invariance_check")
+
+
+def add_setting_flags(parser: argparse.ArgumentParser) -> None:
+    """A flag per setting of EvalConfig, parsed and validated by the field itself (no default: the config's)."""
+    for name in SETTINGS:
+        info = EvalConfig.model_fields[name]
+        annotation = Annotated[(info.annotation, *info.metadata)] if info.metadata else info.annotation
+        parser.add_argument(
+            "--" + name.replace("_", "-"),
+            type=_flag_parser(TypeAdapter(annotation), name),
+            choices=_literal_choices(info.annotation) or None,
+            metavar="K" if name == "invariance_check" else None,
+            help=info.description,
+        )
+
+
+def _literal_choices(annotation: Any) -> list[str]:
+    """The strings of a Literal, also inside an Optional."""
+    if get_origin(annotation) is Literal:
+        return [value for value in get_args(annotation) if isinstance(value, str)]
+    return [value for member in get_args(annotation) for value in _literal_choices(member)]
+
+
+def _literal_choices(annotation: Any) -> list[str]:
+    """The strings of a Literal, also inside an Optional."""
+    if get_origin(annotation) is Literal:
+        return [value for value in get_args(annotation) if isinstance(value, str)]
+    return [value for member in get_args(annotation) for value in _literal_choices(member)]
+
+
+def _flag_parser(adapter: TypeAdapter, name: str):
+    def parse(text: str):
+        try:
+            return adapter.validate_strings(text)
+        except ValidationError as err:
+            problem = err.errors()[0]
+            message = problem["msg"].removeprefix("Value error, ")
+            if problem["type"] in ("int_parsing", "int_from_float"):
+                message = f"'{text}' is not an integer"
+            elif problem["type"] == "literal_error":
+                message = f"invalid choice: '{text}' ({problem['msg'].removeprefix('Input ')})"
+            raise argparse.ArgumentTypeError(message) from None
+
+    parse.__name__ = name
+    return parse
 
 
 @dataclass
@@ -165,14 +228,7 @@ class RunSpec:
             "precisions": self.precisions,
             "config_precisions": self.config_precisions,
             "grid": {task.label: lengths for task, lengths in self.grid},
-            "base": self.base,
-            "samples": self.samples,
-            "decoding": self.decoding,
-            "seed": self.seed,
-            "batch_size": self.batch_size,
-            "backend": self.backend,
-            "tensor_parallel_size": self.tensor_parallel_size,
-            "invariance_check": self.invariance_check,
+            **{name: getattr(self, name) for name in SETTINGS},
             "model_path": self.model_path,
             "adapter": self.adapter,
             "prompt_deviations": [note for task, _ in self.grid for note in prompt_deviations(task, self.base)],
@@ -202,21 +258,14 @@ def build_spec(
     config_name: str,
     config: EvalConfig,
     *,
-    models=None,
-    precisions=None,
-    tasks=None,
-    lengths=None,
-    samples=None,
-    seed=None,
-    decoding=None,
-    base=None,
-    batch_size=None,
-    model_path=None,
-    adapter=None,
-    out=None,
-    backend=None,
-    tensor_parallel_size=None,
-    invariance_check=None,
+    models: list[str] | None = None,
+    precisions: list[str] | None = None,
+    tasks: list[str] | None = None,
+    lengths: list[int] | None = None,
+    model_path: str | None = None,
+    adapter: str | None = None,
+    out: Path | None = None,
+    **settings: Any,
 ) -> RunSpec:
     """Config values, overridden by whatever flags were given, checked as a whole."""
     grid_config = {parse_task(label).label: lengths for label, lengths in config.grid.items()}
@@ -233,23 +282,20 @@ def build_spec(
     else:
         grid = [(parse_task(label), list(lengths or task_lengths)) for label, task_lengths in grid_config.items()]
     unique([task.label for task, _ in grid], "--tasks")
+    unknown = set(settings) - set(SETTINGS)
+    if unknown:
+        raise TypeError(f"build_spec: unknown settings {sorted(unknown)}")
+    merged = config.model_copy(update={name: value for name, value in settings.items() if value is not None})
     spec = RunSpec(
         config_name=config_name,
         models=models or config.models,
         precisions=precisions,
         config_precisions=config.precisions,
         grid=grid,
-        base=base if base is not None else config.base,
-        samples=samples if samples is not None else config.samples,
-        decoding=decoding or config.decoding,
-        seed=seed if seed is not None else config.seed,
-        batch_size=batch_size if batch_size is not None else config.batch_size,
-        backend=backend or config.backend,
         model_path=model_path,
         adapter=adapter,
         out=out,
-        tensor_parallel_size=tensor_parallel_size if tensor_parallel_size is not None else config.tensor_parallel_size,
-        invariance_check=invariance_check if invariance_check is not None else config.invariance_check,
+        **{name: getattr(merged, name) for name in SETTINGS},
     )
     for task, task_lengths in spec.grid:
         for length in task_lengths:

@@ -20,12 +20,8 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from harness.backends import BACKENDS, Sampling, backend_for, row_seeds
+from harness.backends import Sampling, backend_for, row_seeds
 from harness.cli import (
-    BATCH_SIZE,
-    SAMPLES,
-    SEED,
-    TENSOR_PARALLEL,
     ArgParser,
     UserError,
     input_path,
@@ -36,7 +32,7 @@ from harness.cli import (
     run,
     utf8,
 )
-from harness.config import INVARIANCE, RunSpec, build_spec, load_config
+from harness.config import SETTINGS, RunSpec, add_setting_flags, build_spec, load_config
 from harness.models import (
     ModelSpec,
     PrecisionSpec,
@@ -48,7 +44,7 @@ from harness.models import (
     variant_weights,
 )
 from harness.parallel import Processes
-from harness.problems import BASE, DIGITS, Task, generate
+from harness.problems import DIGITS, Task, generate
 from harness.prompts import TEMPLATE_FOR_TASK, user_message
 from harness.report import write_reports
 from harness.results import CellResult, RunDir, cell_key
@@ -370,35 +366,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--tasks", type=name_list, help="e.g. add,iter_add:3,mul (default: the config's grid)")
     parser.add_argument("--lengths", type=int_list, help="operand lengths for every task, e.g. 1,2,3 or 1-13")
-    parser.add_argument("--samples", type=SAMPLES.arg, help="problems per cell")
     parser.add_argument("--precision", type=name_list, help="e.g. fp32,bf16 (default: each model's own)")
-    parser.add_argument("--seed", type=SEED.arg)
     parser.add_argument("--out", type=output_dir, help="run directory (default: runs/eval/CONFIG-DECODING-nN-seedS)")
-    parser.add_argument(
-        "--decoding",
-        choices=["greedy", "paper"],
-        help="greedy, or the paper's sampling (top-k 50, top-p 0.95, temperature 0.1)",
-    )
-    parser.add_argument("--base", type=BASE.arg, help="number base 2-36 (the paper's LLM grid is base 10)")
-    parser.add_argument("--batch-size", type=BATCH_SIZE.arg)
     parser.add_argument(
         "--model-path", type=input_path, help="load the (single) model's weights from this directory instead"
     )
     parser.add_argument("--adapter", type=input_path, help="a peft LoRA/QLoRA adapter directory to apply to the model")
-    parser.add_argument(
-        "--backend",
-        choices=BACKENDS,
-        help="hf (transformers), llamacpp (GGUF) or vllm (CUDA); default: what each precision needs, else hf",
-    )
-    parser.add_argument(
-        "--invariance-check",
-        type=INVARIANCE.arg,
-        metavar="K",
-        help="generate each cell's first K problems again at batch size 1 and count the answers that change",
-    )
-    parser.add_argument(
-        "--tensor-parallel-size", type=TENSOR_PARALLEL.arg, help="GPUs per model for --backend vllm (default 1)"
-    )
+    add_setting_flags(parser)  # --samples, --seed, --decoding, --base, --batch-size, ...: the config's own fields
     args = parser.parse_args(argv)
     config_name, config = load_config(args.config)
     spec = build_spec(
@@ -408,17 +382,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         precisions=args.precision,
         tasks=args.tasks,
         lengths=args.lengths,
-        samples=args.samples,
-        seed=args.seed,
-        decoding=args.decoding,
-        base=args.base,
-        batch_size=args.batch_size,
         model_path=str(args.model_path) if args.model_path else None,
         adapter=str(args.adapter) if args.adapter else None,
         out=args.out,
-        backend=args.backend,
-        tensor_parallel_size=args.tensor_parallel_size,
-        invariance_check=args.invariance_check,
+        **{name: getattr(args, name) for name in SETTINGS},
     )
     command = "python -m harness.eval " + shlex.join(sys.argv[1:] if argv is None else list(argv))
     started = time.perf_counter()
