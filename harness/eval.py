@@ -279,8 +279,24 @@ def score_cell(backend, cell: Cell, spec: RunSpec, generations, wall: float, tok
     return row, samples
 
 
-def evaluate(spec: RunSpec, command: str) -> RunDir | None:
-    """Run every unfinished cell; returns the run directory (None on the helper processes of a parallel run)."""
+def load_variant(variant: Variant, spec: RunSpec):
+    """The variant's weights, loaded into its backend."""
+    from harness.backends import load_backend
+
+    weights = variant_weights(variant.model, variant.precision, spec.model_path)
+    return load_backend(
+        variant.backend,
+        weights,
+        variant.precision,
+        variant.adapter,
+        spec.batch_size,
+        tensor_parallel_size=spec.tensor_parallel_size,
+    )
+
+
+def evaluate(spec: RunSpec, command: str, load=load_variant) -> RunDir | None:
+    """Run every unfinished cell; returns the run directory (None on the helper processes of a parallel run).
+    ``load(variant, spec)`` gives a variant's backend: a test passes one that needs no model."""
     variants = plan_variants(spec)
     processes = Processes()
     out = spec.out or spec.default_out()
@@ -324,17 +340,7 @@ def evaluate(spec: RunSpec, command: str) -> RunDir | None:
             if loaded_for is not variant:
                 backend = None  # free the previous model before loading the next
                 progress.set_description(f"loading {variant.label}")
-                from harness.backends import load_backend
-
-                weights = variant_weights(variant.model, variant.precision, spec.model_path)
-                backend = load_backend(
-                    variant.backend,
-                    weights,
-                    variant.precision,
-                    variant.adapter,
-                    spec.batch_size,
-                    tensor_parallel_size=spec.tensor_parallel_size,
-                )
+                backend = load(variant, spec)
                 loaded_for = variant
             names = ", ".join(f"{task.label} n={length}" for _, task, length in group)
             progress.set_description(f"{variant.label} {names}")

@@ -1,0 +1,91 @@
+"""Everything above the backends (planning, scoring, results, resume, comparisons, flips, reports) on a scripted
+backend: answers are known in advance, so every count is asserted exactly, in milliseconds."""
+
+import csv
+import json
+
+from harness.backends.scripted import ScriptedBackend
+from harness.config import build_spec, load_config
+from harness.eval import evaluate
+
+
+def gold(expression: str) -> int:
+    if " * " in expression:
+        a, b = expression.split(" * ")
+        return int(a) * int(b)
+    return sum(int(part) for part in expression.split(" + "))
+
+
+def script(precision: str):
+    """fp32: right unless the sum is a multiple of 3 (then wrong by one), unreadable when it ends in 7.
+    bf16: as fp32, but alone in a batch it gets the multiples of 3 right too (a batch-dependent answer)."""
+
+    def answer(message: str, rows: int) -> str:
+        expression = message.rstrip().splitlines()[-1]
+        value = gold(expression)
+        if value % 10 == 7:
+            return "Let me think about it."
+        if value % 3 == 0 and not (precision == "bf16" and rows == 1):
+            return f"{expression} = {value + 1}"
+        return f"{expression} = {value}"
+
+    return answer
+
+
+def read(path):
+    with open(path, newline="") as handle:
+        return list(csv.DictReader(handle))
+
+
+def run(out, invariance_check=0, loads=None):
+    name, config = load_config("quick")
+    spec = build_spec(
+        name, config, tasks=["add", "mul"], lengths=[1, 2], samples=12, out=out, invariance_check=invariance_check
+    )
+
+    def load(variant, spec):
+        if loads is not None:
+            loads.append(variant.precision.name)
+        return ScriptedBackend(variant.precision, script(variant.precision.name), spec.batch_size)
+
+    return evaluate(spec, "python -m harness.eval (scripted)", load=load)
+
+
+def test_every_count_is_what_the_script_answered(tmp_path):
+    out = tmp_path / "run"
+    run(out, invariance_check=5)
+    rows = read(out / "results.csv")
+    samples = [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()]
+    assert len(rows) == 8 and len(samples) == 96
+    for row in rows:
+        own = [
+            s
+            for s in samples
+            if (s["precision"], s["task"], str(s["length"])) == (row["precision"], row["task"], row["length"])
+        ]
+        values = [gold(s["expression"]) for s in own]
+        assert int(row["no_answer"]) == sum(v % 10 == 7 for v in values)
+        assert int(row["correct"]) == sum(v % 10 != 7 and v % 3 != 0 for v in values), "batched: multiples of 3 wrong"
+        first = values[:5]
+        if row["precision"] == "fp32":
+            assert (row["flip_k"], row["flip_outputs"], row["flip_verdicts"]) == ("5", "0", "0")
+        else:
+            flips = sum(v % 3 == 0 and v % 10 != 7 for v in first)
+            assert (row["flip_k"], row["flip_outputs"], row["flip_verdicts"]) == ("5", str(flips), str(flips))
+    rules = {s["rule"] for s in samples}
+    assert rules == {"equals", "none: no answer stated"}
+    comparisons = read(out / "comparisons.csv")
+    assert {(c["baseline"], c["variant"]) for c in comparisons} == {("smollm2 fp32", "smollm2 bf16")}
+    assert all(c["only_baseline"] == c["only_variant"] == "0" and c["p_value"] == "1.0" for c in comparisons)
+    summary = (out / "summary.md").read_text()
+    assert "| smollm2 bf16 | bfloat16 | none (scripted) | 20 |" in summary, "flips per series"
+
+
+def test_a_finished_run_loads_no_model_on_resume(tmp_path):
+    out = tmp_path / "run"
+    first, again = [], []
+    run(out, loads=first)
+    before = (out / "results.csv").read_text()
+    run(out, loads=again)
+    assert first == ["fp32", "bf16"] and again == [], "every cell was done: nothing to load"
+    assert (out / "results.csv").read_text() == before
