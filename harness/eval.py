@@ -350,7 +350,7 @@ def evaluate(spec: RunSpec, command: str, load=load_variant) -> RunDir | None:
             for row, samples in cells:
                 run_dir.add_cell(row, samples)
                 progress.write(
-                    f"{variant.label:>20} {row.task + (f':{row.operands}' if row.task == 'iter_add' else ''):>10} "
+                    f"{variant.label:>20} {row.key.task_label:>10} "
                     f"n={row.length:<3} {row.correct:>4}/{row.n:<4} = {row.accuracy:.3f} "
                     f"[{row.ci_low:.3f}, {row.ci_high:.3f}]  ({row.tokens_per_s:.0f} tok/s)"
                 )

@@ -19,35 +19,20 @@ from harness.anatomy import anatomy_csv, anatomy_plot_png, anatomy_rows
 from harness.compare import Comparison, comparisons_csv, comparisons_markdown, paired_comparisons
 from harness.problems import parse_task
 from harness.prompts import prompt_deviations
-from harness.results import CellResult, atomic_write_bytes, atomic_write_text
+from harness.results import CellKey, CellResult, atomic_write_bytes, atomic_write_text
 
 BASE_10_ONLY = 10  # the paper's reference table is base 10
 MARKERS = "osD^vP*X"
 
 
-def task_label(row: CellResult) -> str:
-    if row.task == "iter_add":
-        return f"iter_add:{row.operands}"
-    if row.truncate != "":
-        return f"{row.task}:trunc={row.truncate}"
-    return row.task
+def task_label(record) -> str:
+    """The task as written in configs and flags, of a results row or a sample."""
+    return CellKey.of(record).task_label
 
 
-def series_label(row: CellResult | dict) -> str:
+def series_label(record) -> str:
     """'model precision [+adapter]' of a results row or a sample."""
-    get = row.get if isinstance(row, dict) else lambda name: getattr(row, name)
-    label = f"{get('model')} {get('precision')}"
-    if get("adapter"):
-        label += f" +{Path(get('adapter')).name}"
-    return label
-
-
-def sample_task_label(sample: dict) -> str:
-    if sample["task"] == "iter_add":
-        return f"iter_add:{sample['operands']}"
-    if sample.get("truncate") not in ("", None):
-        return f"mul:trunc={sample['truncate']}"
-    return sample["task"]
+    return CellKey.of(record).series
 
 
 def read_samples(path: Path) -> list[dict]:
@@ -231,8 +216,8 @@ def accuracy_plot_png(rows: Sequence[CellResult]) -> bytes:
 
 def write_reports(out: Path, rows: Sequence[CellResult], commands: Sequence[str]) -> None:
     samples = read_samples(out / "samples.jsonl")
-    comparisons = paired_comparisons(samples, series_label, sample_task_label)
-    anatomy = anatomy_rows(samples, series_label, sample_task_label)
+    comparisons = paired_comparisons(samples, series_label, task_label)
+    anatomy = anatomy_rows(samples, series_label, task_label)
     atomic_write_text(out / "comparisons.csv", comparisons_csv(comparisons))
     atomic_write_text(out / "anatomy.csv", anatomy_csv(anatomy))
     atomic_write_bytes(out / "error_anatomy.png", anatomy_plot_png(anatomy))

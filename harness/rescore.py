@@ -17,10 +17,8 @@ from dataclasses import replace
 
 from harness.cli import ArgParser, UserError, input_path, run
 from harness.report import read_samples, write_reports
-from harness.results import RunDir, atomic_write_text, cell_key, results_csv_text
+from harness.results import CellKey, RunDir, atomic_write_text, results_csv_text
 from harness.scoring import extract, is_correct, wilson_interval
-
-SAMPLE_KEY = ("model", "precision", "adapter", "task", "operands", "truncate", "base", "length")
 
 
 def rescore(run_dir: RunDir) -> list[str]:
@@ -38,7 +36,7 @@ def rescore(run_dir: RunDir) -> list[str]:
                 f"{'right' if verdict else 'wrong'} ({extraction.rule}; output {sample['output'].strip()[:60]!r})"
             )
         sample.update(extracted=extraction.answer, rule=extraction.rule, correct=verdict)
-        tally = tallies.setdefault(cell_key(*(sample[k] for k in SAMPLE_KEY)), [0, 0])
+        tally = tallies.setdefault(CellKey.of(sample), [0, 0])
         tally[0] += verdict
         tally[1] += extraction.answer is None
     rows = []

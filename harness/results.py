@@ -67,10 +67,8 @@ class CellResult:
     flip_verdicts: int = 0
 
     @property
-    def key(self) -> tuple:
-        return cell_key(
-            self.model, self.precision, self.adapter, self.task, self.operands, self.truncate, self.base, self.length
-        )
+    def key(self) -> CellKey:
+        return CellKey.of(self)
 
 
 COLUMNS = [f.name for f in fields(CellResult)]
@@ -80,9 +78,44 @@ _INT_COLUMNS = {f.name for f in fields(CellResult) if f.type == "int"}
 _FLOAT_COLUMNS = {f.name for f in fields(CellResult) if f.type == "float"}
 
 
-def cell_key(model, precision, adapter, task, operands, truncate, base, length) -> tuple:
-    """What identifies a cell inside one run directory (samples, seed and decoding are fixed per run)."""
-    return (
+@dataclass(frozen=True)
+class CellKey:
+    """What identifies a cell inside one run directory (samples, seed and decoding are fixed per run): the one key
+    that planning, samples, rows, reports and progress lines use. Build it with ``cell_key`` or ``CellKey.of``."""
+
+    model: str
+    precision: str
+    adapter: str
+    task: str  # the family: add, iter_add, mul
+    operands: int
+    truncate: str  # "" or the number of digits kept, as text (it is read back from CSV and JSON alike)
+    base: int
+    length: int
+
+    FIELDS = ("model", "precision", "adapter", "task", "operands", "truncate", "base", "length")
+
+    @classmethod
+    def of(cls, record) -> CellKey:
+        """The key of a sample (a mapping) or of anything with the key's attributes."""
+        get = record.__getitem__ if isinstance(record, dict) else lambda name: getattr(record, name)
+        return cell_key(*(get(name) for name in cls.FIELDS))
+
+    @property
+    def task_label(self) -> str:
+        """As written in configs and flags: add, iter_add:3, mul, mul:trunc=2."""
+        if self.task == "iter_add":
+            return f"iter_add:{self.operands}"
+        return f"{self.task}:trunc={self.truncate}" if self.truncate else self.task
+
+    @property
+    def series(self) -> str:
+        """'model precision [+adapter]': one line of a plot, one column of a table."""
+        return f"{self.model} {self.precision}" + (f" +{Path(self.adapter).name}" if self.adapter else "")
+
+
+def cell_key(model, precision, adapter, task, operands, truncate, base, length) -> CellKey:
+    """The CellKey of these values, normalised (a CSV or JSON field read back equals the value written)."""
+    return CellKey(
         str(model),
         str(precision),
         str(adapter or ""),
@@ -285,16 +318,15 @@ class RunDir:
         """A finished cell is a results row *and* all n of its samples. Samples of a cell with no row (killed
         between the two writes), invalid lines and repeated problems are dropped; a row whose samples are missing
         or incomplete (a deleted or cut samples.jsonl) is dropped too, so that its cell is computed again."""
-        lines: dict[tuple, dict[int, str]] = {}
+        lines: dict[CellKey, dict[int, str]] = {}
         invalid = 0
         text = self.samples_path.read_text(encoding="utf-8", errors="replace") if self.samples_path.exists() else ""
         for line in text.splitlines(keepends=True):
             try:
                 record = json.loads(line)
-                fields_ = ("model", "precision", "adapter", "task", "operands", "truncate", "base", "length")
-                key = cell_key(*(record[k] for k in fields_))
+                key = CellKey.of(record)
                 index = int(record["index"])
-            except (json.JSONDecodeError, KeyError, TypeError, ValueError):
+            except (json.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError):
                 invalid += 1
                 continue
             lines.setdefault(key, {}).setdefault(index, line if line.endswith("\n") else line + "\n")
