@@ -4,7 +4,7 @@ import json
 from collections import Counter
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from harness.cli import UserError
@@ -20,9 +20,16 @@ tasks = st.one_of(
 )
 
 
+def test_a_truncation_longer_than_the_product_is_refused():
+    with pytest.raises(UserError, match="l must be at most 2"):
+        generate(Task("mul", 2, 3), 10, 1, count=5, seed=0)
+    assert len(generate(Task("mul", 2, 2), 10, 1, count=5, seed=0)[0].answer) == 2
+
+
 @settings(max_examples=300, deadline=None)
 @given(task=tasks, base=st.integers(2, 36), length=st.integers(1, 14), seed=st.integers(0, 2**32 - 1))
 def test_answers_match_python_integers(task, base, length, seed):
+    assume(task.truncate is None or task.truncate <= 2 * length)  # MUL_p(n, l) takes l <= 2n; more is refused
     for problem in generate(task, base, length, count=5, seed=seed):
         values = [int(text, base) for text in problem.operands]
         assert len(values) == task.operands
