@@ -20,12 +20,19 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from harness.cli import SAMPLES, SEED, ArgParser, Bound, UserError, name_list, output_dir, run, unique
-from harness.problems import Problem, Task, heldout_problems, parse_task
+from harness.problems import Problem, Task, check_cell, heldout_problems, parse_task
 from harness.prompts import user_message
 
 LENGTHS = range(1, 10)
 PAPER_COUNTS = {length: 5_000 if length <= 6 else 10_000 for length in LENGTHS}  # 60k per task
 SCALE = Bound(above=0, high=10, why="10 x the paper's 60,000 samples per task", kind=float)
+
+
+def check_task(task: Task, base: int = 10) -> Task:
+    """Every length of the fine-tuning set must be a valid cell of the task (mul:trunc=L needs L <= 2n)."""
+    for length in LENGTHS:
+        check_cell(base, length, task)
+    return task
 
 
 def sample_counts(scale: float = 1.0) -> dict[int, int]:
@@ -68,7 +75,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--eval-count", type=SAMPLES.arg, default=1000, help="evaluation problems per cell to exclude")
     parser.add_argument("--out", type=output_dir, default=Path("data/finetune"))
     args = parser.parse_args(argv)
-    tasks = [parse_task(label) for label in args.tasks]
+    tasks = [check_task(parse_task(label)) for label in args.tasks]
     unique([task.label for task in tasks], "--tasks")
     meta = {"seed": args.seed, "scale": args.scale, "eval_count": args.eval_count, "tasks": {}}
     for task in tasks:

@@ -24,7 +24,7 @@ from typing import Annotated, Literal
 
 from pydantic import model_validator
 
-from finetune.data import SCALE
+from finetune.data import SCALE, check_task
 from harness.cli import (
     BATCH_SIZE,
     LEARNING_RATE,
@@ -148,7 +148,7 @@ def load_config(path: Path) -> FinetuneConfig:
     from harness.problems import parse_task
 
     model = get_model(config.model)
-    parse_task(config.task)
+    check_task(parse_task(config.task))
     if config.model_path:
         check_weights(model, config.model_path)
     if config.data.path and not Path(config.data.path, "dataset_info.json").is_file():

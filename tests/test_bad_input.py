@@ -204,6 +204,7 @@ FINETUNE_DATA = [
     ("seed-negative", ["--seed", "-1"], "must be at least 0"),
     ("tasks-repeated", ["--tasks", "add,add"], "lists add twice"),
     ("tasks-unknown", ["--tasks", "add,sub"], "unknown task 'sub'"),
+    ("trunc-past-2n", ["--tasks", "add,mul:trunc=5"], "l must be at most 2"),
     ("out-a-file", ["--out", "a_file"], "is a file"),
     ("abbreviated", ["--sca", "0.1"], "--sca is not a flag; write it in full"),
 ]
@@ -249,6 +250,7 @@ FINETUNE_TRAIN = [
     finetune("seed-negative", OK_FINETUNE + "seed: -1\n", "seed: must be at least 0"),
     finetune("model-unknown", "model: gpt-7\ntask: add\n", "unknown model 'gpt-7'"),
     finetune("task-unknown", "model: smollm2\ntask: sub\n", "unknown task 'sub'"),
+    finetune("trunc-past-2n", "model: smollm2\ntask: mul:trunc=3\n", "l must be at most 2"),
     finetune("data-path-missing", OK_FINETUNE.replace("data: {", "data: {path: nowhere, "), "not a saved dataset"),
     finetune("model-path-broken", OK_FINETUNE + "model_path: broken_model\n", "is not valid JSON"),
     pytest.param(*finetune("gpu-model", "model: llama-bf16\ntask: add\n", "CUDA GPU"), marks=without_cuda),
