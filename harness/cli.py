@@ -137,7 +137,8 @@ def parse_number(text: str, kind: type = int) -> Any:
 SEED = Bound(0, 2**32 - 1, "transformers' set_seed hands the seed to numpy, which takes 32 bits")
 SAMPLES = Bound(1, 100_000, "at 100,000 problems a cell's 95% interval is already +-0.3 points; add seeds instead")
 BATCH_SIZE = Bound(1, 16_384, "rows decoded or trained at once; more outgrows any GPU's memory")
-THREADS = Bound(1, max(os.cpu_count() or 1, 1), "this machine's cores; more threads than cores only slow a run")
+# Not this machine's core count: a config written for a cluster node must load on a small login node too.
+THREADS = Bound(1, 1024, "more threads than any machine here has cores; oversubscribed threads only slow a run")
 REPEATS = Bound(1, 100, "timed passes; the minimum of a few is what a benchmark reports")
 TENSOR_PARALLEL = Bound(1, 64, "vLLM splits attention heads across GPUs; no registry model has more than 64")
 PROBABILITY = Bound(0, below=1, kind=float)
