@@ -29,6 +29,7 @@ from harness.backends import (
     row_seeds,
     shared_prefix,
 )
+from harness.backends.sampling import gumbel_choice
 from harness.backends.shared_prefix import SharedPrefix
 from harness.cli import UserError
 from harness.models import PrecisionSpec, quantization_config, quiet_gptqmodel, quiet_transformers
@@ -71,6 +72,7 @@ class HFBackend(ChatBackend):
         if self.pad_id is None:
             self.pad_id = self.tokenizer.eos_token_id
         self._prefixes: OrderedDict[tuple[int, ...], DynamicCache] = OrderedDict()
+        self._stop_ids, self._newline_ids = self._token_tables()
 
     @property
     def footprint_mb(self) -> float:
@@ -137,12 +139,12 @@ class HFBackend(ChatBackend):
             attention[row, width - len(suffix) :] = 1
         kv = DynamicCache(config=self.model.config)
         positions = len(prefix) + (attention.cumsum(-1) - 1).clamp(min=0)
-        samplers = None
+        sampler = None
         if sampling.do_sample:
-            samplers = (_warpers(sampling), [torch.Generator().manual_seed(seed) for seed in seeds])
+            sampler = (_warpers(sampling), torch.tensor(seeds, dtype=torch.long, device=self.device), sampling.top_k)
         SharedPrefix.active = cache
         try:
-            generated = self._decode(kv, input_ids, attention, positions, len(prefix), budgets, samplers)
+            generated = self._decode(kv, input_ids, attention, positions, len(prefix), budgets, sampler)
         finally:
             SharedPrefix.active = None
         return [
@@ -150,15 +152,21 @@ class HFBackend(ChatBackend):
             for tokens in generated
         ]
 
-    def _decode(self, kv, input_ids, attention, positions, prefix_length, budgets, samplers) -> list[list[int]]:
+    def _decode(self, kv, input_ids, attention, positions, prefix_length, budgets, sampler) -> list[list[int]]:
         """Token by token; a row leaves the batch (and the KV cache) as soon as it stops: rows finish at very
-        different lengths ("7" vs "To calculate ..."), and generate() would keep computing finished ones."""
-        eos = set(_as_list(self.model.generation_config.eos_token_id)) | {self.tokenizer.eos_token_id}
-        generated: list[list[int]] = [[] for _ in range(len(input_ids))]
-        active = list(range(len(input_ids)))  # batch rows still generating, in KV-cache order
+        different lengths ("7" vs "To calculate ..."), and generate() would keep computing finished ones.
+
+        Each step costs one transfer to the host (the chosen tokens). The stop rule is decided on token ids: the
+        end-of-sequence ids, the budgets, and a table of the tokens that contain a newline; only a row that
+        produced such a token has its text decoded, to see whether its first non-blank line is complete."""
+        rows = len(input_ids)
+        tokens = torch.zeros((rows, max(budgets)), dtype=torch.long)
+        counts = torch.zeros(rows, dtype=torch.long)
+        budget = torch.tensor(budgets, dtype=torch.long)
+        active = torch.arange(rows)  # batch rows still generating, in KV-cache order
         with torch.inference_mode():
             step_ids, step_positions = input_ids, positions
-            for _ in range(max(budgets)):
+            for step in range(max(budgets)):
                 logits = (
                     self.model(
                         input_ids=step_ids.to(self.device),
@@ -171,30 +179,41 @@ class HFBackend(ChatBackend):
                     .logits[:, -1, :]
                     .float()
                 )
-                if samplers is None:
+                if sampler is None:
                     chosen = logits.argmax(-1)
-                else:  # each row draws from its own generator
-                    warp, generators = samplers
-                    probs = torch.softmax(warp(None, logits), dim=-1).cpu()
-                    draws = [torch.multinomial(probs[i], 1, generator=generators[row]) for i, row in enumerate(active)]
-                    chosen = torch.cat(draws)
-                keep = []
-                for slot, (row, token) in enumerate(zip(active, chosen.tolist(), strict=True)):
-                    generated[row].append(token)
-                    text = self.tokenizer.decode(generated[row], skip_special_tokens=True)
-                    if token not in eos and not first_line_done(text) and len(generated[row]) < budgets[row]:
-                        keep.append(slot)
-                if not keep:
+                else:
+                    warp, seeds, top_k = sampler
+                    chosen = gumbel_choice(warp(None, logits), seeds[active.to(seeds.device)], step, top_k)
+                chosen = chosen.cpu()  # the step's one host synchronisation
+                tokens[active, counts[active]] = chosen
+                counts[active] += 1
+                done = self._stop_ids[chosen] | (counts[active] >= budget[active])
+                for slot in torch.nonzero(self._newline_ids[chosen] & ~done).flatten().tolist():
+                    row = int(active[slot])
+                    done[slot] = first_line_done(
+                        self.tokenizer.decode(tokens[row, : counts[row]].tolist(), skip_special_tokens=True)
+                    )
+                if bool(done.all()):
                     break
-                if len(keep) < len(active):
-                    index = torch.tensor(keep, dtype=torch.long)
-                    kv.batch_select_indices(index.to(self.device))
-                    attention, chosen = attention[index], chosen[index]
-                    active = [active[slot] for slot in keep]
+                if bool(done.any()):
+                    keep = torch.nonzero(~done).flatten()
+                    kv.batch_select_indices(keep.to(self.device))
+                    attention, chosen, active = attention[keep], chosen[keep], active[keep]
                 attention = torch.cat([attention, torch.ones((len(active), 1), dtype=torch.long)], dim=1)
-                step_ids = chosen.view(-1, 1).cpu()
+                step_ids = chosen.view(-1, 1)
                 step_positions = prefix_length + attention.sum(-1, keepdim=True) - 1
-        return generated
+        return [tokens[row, : counts[row]].tolist() for row in range(rows)]
+
+    def _token_tables(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """Per token id: does it end a sequence; does its text contain a newline (it may end the first line)."""
+        size = max(len(self.tokenizer), self.model.get_output_embeddings().weight.shape[0])
+        texts = self.tokenizer.batch_decode([[i] for i in range(len(self.tokenizer))])
+        newline = torch.zeros(size, dtype=torch.bool)
+        newline[: len(texts)] = torch.tensor(["\n" in text for text in texts])
+        stop = torch.zeros(size, dtype=torch.bool)
+        eos = set(_as_list(self.model.generation_config.eos_token_id)) | {self.tokenizer.eos_token_id}
+        stop[[i for i in eos if i is not None]] = True
+        return stop, newline
 
 
 def linear_kernel(model: torch.nn.Module) -> str:

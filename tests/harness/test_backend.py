@@ -80,3 +80,38 @@ def test_paper_sampling_is_seeded(smollm2_fp32):
     first = [g.text for g in backend.generate(prompts, 20, paper, seed=9)]
     again = [g.text for g in backend.generate(prompts, 20, paper, seed=9)]
     assert first == again
+
+
+def test_sampled_answers_depend_on_their_seeds_only(smollm2_fp32):
+    """Gumbel-max with noise hashed from (seed, step, token): the same answers at batch sizes 1, 8 and 64 and when
+    two processes split the batches; other seeds give other answers."""
+    from harness.backends import Shard
+
+    backend = smollm2_fp32
+    _, prompts = prompts_for(backend, Task("mul"), 2, 16, seed=4)
+    paper = Sampling.named("paper")
+    seeds = list(range(100, 116))
+    texts = {}
+    try:
+        for size in (1, 8, 64):
+            backend.batch_size = size
+            texts[size] = [g.text for g in backend.generate(prompts, 12, paper, seed=seeds)]
+        backend.batch_size = 8
+        halves = [backend.generate(prompts, 12, paper, seed=seeds, shard=Shard(rank, 2)) for rank in (0, 1)]
+    finally:
+        backend.batch_size = 16
+    assert texts[1] == texts[8] == texts[64]
+    assert [(a or b).text for a, b in zip(*halves, strict=True)] == texts[8]
+    other = [g.text for g in backend.generate(prompts, 12, paper, seed=[s + 1000 for s in seeds])]
+    assert other != texts[8], "the seed decides"
+
+
+def test_gumbel_draws_follow_the_softmax():
+    from harness.backends.sampling import gumbel_choice
+
+    logits = torch.log(torch.tensor([[0.5, 0.3, 0.2, 0.0]])).repeat(20_000, 1)
+    seeds = torch.arange(20_000, dtype=torch.long)
+    counts = torch.bincount(gumbel_choice(logits, seeds, step=3, top_k=4), minlength=4).double() / 20_000
+    assert torch.allclose(counts, torch.tensor([0.5, 0.3, 0.2, 0.0], dtype=torch.double), atol=0.015)
+    again = gumbel_choice(logits[:7], seeds[:7], step=3, top_k=4)
+    assert again.tolist() == gumbel_choice(logits, seeds, step=3, top_k=4)[:7].tolist(), "a row's draw is its own"
