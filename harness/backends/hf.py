@@ -29,7 +29,7 @@ from harness.backends import (
     row_seeds,
     shared_prefix,
 )
-from harness.backends.sampling import gumbel_choice
+from harness.backends.sampling import gumbel_choice, warped_candidates
 from harness.backends.shared_prefix import SharedPrefix
 from harness.cli import UserError
 from harness.models import PrecisionSpec, quantization_config, quiet_gptqmodel, quiet_transformers
@@ -141,7 +141,7 @@ class HFBackend(ChatBackend):
         positions = len(prefix) + (attention.cumsum(-1) - 1).clamp(min=0)
         sampler = None
         if sampling.do_sample:
-            sampler = (_warpers(sampling), torch.tensor(seeds, dtype=torch.long, device=self.device), sampling.top_k)
+            sampler = (sampling, torch.tensor(seeds, dtype=torch.long, device=self.device))
         SharedPrefix.active = cache
         try:
             generated = self._decode(kv, input_ids, attention, positions, len(prefix), budgets, sampler)
@@ -182,8 +182,9 @@ class HFBackend(ChatBackend):
                 if sampler is None:
                     chosen = logits.argmax(-1)
                 else:
-                    warp, seeds, top_k = sampler
-                    chosen = gumbel_choice(warp(None, logits), seeds[active.to(seeds.device)], step, top_k)
+                    sampling, seeds = sampler
+                    values, candidates = warped_candidates(logits, sampling.temperature, sampling.top_k, sampling.top_p)
+                    chosen = gumbel_choice(values, candidates, seeds[active.to(seeds.device)], step)
                 chosen = chosen.cpu()  # the step's one host synchronisation
                 tokens[active, counts[active]] = chosen
                 counts[active] += 1
@@ -240,21 +241,6 @@ def _store_linear_weights_transposed(model: torch.nn.Module) -> None:
         if plain and id(weight) not in done:
             weight.data = weight.data.t().contiguous().t()
             done.add(id(weight))
-
-
-def _warpers(sampling: Sampling):
-    """transformers' own sampling warpers, in generate()'s order (temperature, top-k, top-p); None: greedy."""
-    if not sampling.do_sample:
-        return None
-    from transformers import LogitsProcessorList, TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper
-
-    return LogitsProcessorList(
-        [
-            TemperatureLogitsWarper(sampling.temperature),
-            TopKLogitsWarper(sampling.top_k),
-            TopPLogitsWarper(sampling.top_p),
-        ]
-    )
 
 
 def _load_kwargs(precision: PrecisionSpec, device: str, weights: str) -> dict:

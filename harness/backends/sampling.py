@@ -7,7 +7,8 @@ is in, its row, the batch size or the number of processes, and no generator stat
 candidates that survive top-k get noise (the others are -inf after warping), so a step costs rows x top_k hashes.
 
 The warping is the paper's generation table (tab:generation_config) in transformers' order: temperature, top-k,
-top-p, done by transformers' own warpers on the batch.
+top-p. It is done on the top-k candidates only (transformers' top-p warper sorts the whole vocabulary, per row and
+step); the kept set equals transformers' warpers' (tested).
 """
 
 from __future__ import annotations
@@ -40,9 +41,20 @@ def uniform(seeds: torch.Tensor, step: int, token_ids: torch.Tensor) -> torch.Te
     return (_shift_right(x, 11).double() + 0.5) * 2.0**-53
 
 
-def gumbel_choice(warped: torch.Tensor, seeds: torch.Tensor, step: int, top_k: int) -> torch.Tensor:
-    """One token per row drawn from softmax(warped), with the problem-seeded noise; ``warped`` is -inf where the
-    warpers filtered a token out."""
-    values, candidates = warped.topk(min(top_k, warped.shape[-1]), dim=-1)
+def warped_candidates(
+    logits: torch.Tensor, temperature: float, top_k: int, top_p: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(values, token ids) of each row's top-k candidates after temperature, with -inf where top-p removes one:
+    a candidate stays while the probability of the candidates ranked above it is below top_p (the first always)."""
+    values, candidates = (logits / temperature).topk(min(top_k, logits.shape[-1]), dim=-1)
+    probabilities = values.softmax(-1)
+    above = probabilities.cumsum(-1) - probabilities
+    removed = above >= top_p
+    removed[..., 0] = False
+    return values.masked_fill(removed, float("-inf")), candidates
+
+
+def gumbel_choice(values: torch.Tensor, candidates: torch.Tensor, seeds: torch.Tensor, step: int) -> torch.Tensor:
+    """One candidate per row drawn from softmax(values), with the problem-seeded noise."""
     noise = -torch.log(-torch.log(uniform(seeds, step, candidates)))
     return candidates.gather(-1, (values.double() + noise).argmax(-1, keepdim=True)).squeeze(-1)

@@ -109,9 +109,30 @@ def test_sampled_answers_depend_on_their_seeds_only(smollm2_fp32):
 def test_gumbel_draws_follow_the_softmax():
     from harness.backends.sampling import gumbel_choice
 
-    logits = torch.log(torch.tensor([[0.5, 0.3, 0.2, 0.0]])).repeat(20_000, 1)
-    seeds = torch.arange(20_000, dtype=torch.long)
-    counts = torch.bincount(gumbel_choice(logits, seeds, step=3, top_k=4), minlength=4).double() / 20_000
-    assert torch.allclose(counts, torch.tensor([0.5, 0.3, 0.2, 0.0], dtype=torch.double), atol=0.015)
-    again = gumbel_choice(logits[:7], seeds[:7], step=3, top_k=4)
-    assert again.tolist() == gumbel_choice(logits, seeds, step=3, top_k=4)[:7].tolist(), "a row's draw is its own"
+    rows = 20_000
+    values = torch.log(torch.tensor([[0.5, 0.3, 0.2]])).repeat(rows, 1)
+    candidates = torch.tensor([[7, 3, 9]]).repeat(rows, 1)
+    seeds = torch.arange(rows, dtype=torch.long)
+    chosen = gumbel_choice(values, candidates, seeds, step=3)
+    shares = torch.tensor([(chosen == token).double().mean().item() for token in (7, 3, 9)], dtype=torch.double)
+    assert torch.allclose(shares, torch.tensor([0.5, 0.3, 0.2], dtype=torch.double), atol=0.015)
+    alone = gumbel_choice(values[:7], candidates[:7], seeds[:7], step=3)
+    assert alone.tolist() == chosen[:7].tolist(), "a row's draw is its own, whatever else is in the batch"
+
+
+def test_the_kept_candidates_are_transformers_warpers_kept_tokens():
+    from transformers import LogitsProcessorList, TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper
+
+    from harness.backends.sampling import warped_candidates
+
+    torch.manual_seed(0)
+    logits = torch.randn(64, 1000) * 3
+    warpers = LogitsProcessorList([TemperatureLogitsWarper(0.1), TopKLogitsWarper(50), TopPLogitsWarper(0.95)])
+    reference = warpers(None, logits.clone())
+    values, candidates = warped_candidates(logits, 0.1, 50, 0.95)
+    for row in range(64):
+        kept = set(candidates[row][values[row].isfinite()].tolist())
+        assert kept == set(torch.nonzero(reference[row].isfinite()).flatten().tolist())
+        assert torch.allclose(
+            values[row][values[row].isfinite()], reference[row][list(kept)].sort(descending=True).values
+        )
