@@ -61,9 +61,45 @@ SINGLE_PROCESS = Shard()
 
 
 class ChatBackend:
-    """What every backend shares: the model's own chat template and token counts, from its HF tokenizer."""
+    """What every backend shares: the model's own chat template and token counts, from its HF tokenizer, and the
+    one batching and sharding loop (``generate``). A backend implements ``prepare`` (work shared by all prompts
+    of a call, such as their common prefix) and ``generate_batch`` (one batch of rows)."""
 
     tokenizer = None
+    batch_size = 16
+
+    def generate(
+        self,
+        prompts: list[str],
+        max_new_tokens: int | list[int],
+        sampling: Sampling,
+        seed: int | list[int] = 0,
+        on_batch=None,
+        shard: Shard = SINGLE_PROCESS,
+    ) -> list[Generation | None]:
+        """Generate for the prompts of this shard's batches (None for the others). Budgets and sampling seeds
+        may differ per prompt; greedy results depend on neither batch size nor order, sampled ones on the
+        seeds only."""
+        budgets, seeds = per_prompt(max_new_tokens, len(prompts)), row_seeds(seed, len(prompts))
+        owned = [start for start in range(0, len(prompts), self.batch_size) if shard.owns(start // self.batch_size)]
+        out: list[Generation | None] = [None] * len(prompts)
+        if not owned:
+            return out
+        shared = self.prepare(prompts, budgets)
+        for start in owned:
+            rows = slice(start, start + self.batch_size)
+            out[rows] = self.generate_batch(shared, rows, budgets[rows], sampling, seeds[rows])
+            if on_batch:
+                on_batch(len(out[rows]))
+        return out
+
+    def prepare(self, prompts: list[str], budgets: list[int]):
+        """What the batches of one generate() call share (handed to generate_batch as ``shared``)."""
+        return prompts
+
+    def generate_batch(self, shared, rows: slice, budgets: list[int], sampling: Sampling, seeds: list[int]):
+        """Generations for prompts[rows], with their budgets and sampling seeds."""
+        raise NotImplementedError
 
     def chat_prompt(self, user_message: str) -> str:
         """The user turn wrapped in the model's own chat template, ready for the assistant to answer."""
@@ -147,5 +183,7 @@ def load_backend(
     if name == "vllm":
         from harness.backends.vllm import VLLMBackend
 
-        return VLLMBackend(weights, precision, adapter=adapter, tensor_parallel_size=tensor_parallel_size)
+        return VLLMBackend(
+            weights, precision, adapter=adapter, tensor_parallel_size=tensor_parallel_size, batch_size=batch_size
+        )
     raise UserError(f"unknown backend '{name}'; known: {', '.join(BACKENDS)}")

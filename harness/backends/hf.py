@@ -18,15 +18,11 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache
 
 from harness.autoawq import require_gptqmodel
 from harness.backends import (
-    SINGLE_PROCESS,
     ChatBackend,
     Generation,
     Sampling,
-    Shard,
     feedable_prefix,
     first_line_done,
-    per_prompt,
-    row_seeds,
     shared_prefix,
 )
 from harness.backends.sampling import gumbel_choice, warped_candidates
@@ -86,31 +82,15 @@ class HFBackend(ChatBackend):
     def activation_dtype(self) -> str:
         return KERNEL_ACTIVATION_DTYPE.get(self.kernel, self.precision.activation_dtype)
 
-    def generate(
-        self,
-        prompts: list[str],
-        max_new_tokens: int | list[int],
-        sampling: Sampling,
-        seed: int | list[int] = 0,
-        on_batch=None,
-        shard: Shard = SINGLE_PROCESS,
-    ) -> list[Generation | None]:
-        """Generate for the prompts of this shard's batches (None for the others). Budgets and sampling seeds
-        may differ per prompt; greedy results depend on neither batch size nor order, sampled ones on the
-        seeds only."""
+    def prepare(self, prompts: list[str], budgets: list[int]):
+        """Token ids of every prompt, their shared prefix and its keys and values (computed once)."""
         ids = [self.tokenizer(p, add_special_tokens=False)["input_ids"] for p in prompts]
-        budgets, seeds = per_prompt(max_new_tokens, len(ids)), row_seeds(seed, len(ids))
         prefix = feedable_prefix(ids)
-        cache = self._prefix_cache(prefix)
-        out: list[Generation | None] = [None] * len(ids)
-        for start in range(0, len(ids), self.batch_size):
-            if not shard.owns(start // self.batch_size):
-                continue
-            rows = slice(start, start + self.batch_size)
-            out[rows] = self._generate_batch(prefix, cache, ids[rows], budgets[rows], sampling, seeds[rows])
-            if on_batch:
-                on_batch(len(ids[rows]))
-        return out
+        return ids, prefix, self._prefix_cache(prefix)
+
+    def generate_batch(self, shared, rows: slice, budgets: list[int], sampling: Sampling, seeds: list[int]):
+        ids, prefix, cache = shared
+        return self._generate_batch(prefix, cache, ids[rows], budgets, sampling, seeds)
 
     def _prefix_cache(self, prefix: list[int]) -> list[tuple[torch.Tensor, torch.Tensor]] | None:
         """Keys and values of the shared prefix, per layer, computed once (a few cells' worth are kept)."""

@@ -20,15 +20,11 @@ from pathlib import Path
 import numpy as np
 
 from harness.backends import (
-    SINGLE_PROCESS,
     ChatBackend,
     Generation,
     Sampling,
-    Shard,
     feedable_prefix,
     first_line_done,
-    per_prompt,
-    row_seeds,
 )
 from harness.cli import UserError
 from harness.gguf import import_llama_cpp
@@ -123,17 +119,10 @@ class LlamaCppBackend(ChatBackend):
             raise RuntimeError(f"llama.cpp could not create a context of {params.n_ctx} tokens")
         return self.ctx
 
-    def generate(
-        self,
-        prompts: list[str],
-        max_new_tokens: int | list[int],
-        sampling: Sampling,
-        seed: int | list[int] = 0,
-        on_batch=None,
-        shard: Shard = SINGLE_PROCESS,
-    ) -> list[Generation | None]:
+    def prepare(self, prompts: list[str], budgets: list[int]):
+        """Token ids, a context large enough for a batch, and the shared prefix decoded once into sequence 0,
+        which every row's sequence starts as a copy of."""
         ids = [self.tokenizer(p, add_special_tokens=False)["input_ids"] for p in prompts]
-        budgets, seeds = per_prompt(max_new_tokens, len(ids)), row_seeds(seed, len(ids))
         prefix = feedable_prefix(ids)
         longest = max(len(x) for x in ids) - len(prefix)
         self._context(len(prefix) + self.batch_size * (longest + max(budgets)) + 8, self.batch_size + 1)
@@ -141,19 +130,15 @@ class LlamaCppBackend(ChatBackend):
         self.lib.llama_memory_clear(memory, True)
         if prefix:
             self._decode([(0, position, token) for position, token in enumerate(prefix)], {len(prefix) - 1})
-        out: list[Generation | None] = [None] * len(ids)
-        for start in range(0, len(ids), self.batch_size):
-            if not shard.owns(start // self.batch_size):
-                continue
-            batch = ids[start : start + self.batch_size]
-            rows = [
-                _Row(r + 1, tokens[len(prefix) :], budgets[start + r], np.random.default_rng(seeds[start + r]))
-                for r, tokens in enumerate(batch)
-            ]
-            out[start : start + len(batch)] = self._generate_batch(memory, len(prefix), rows, sampling)
-            if on_batch:
-                on_batch(len(batch))
-        return out
+        return ids, prefix, memory
+
+    def generate_batch(self, shared, rows: slice, budgets: list[int], sampling: Sampling, seeds: list[int]):
+        ids, prefix, memory = shared
+        batch = [
+            _Row(r + 1, tokens[len(prefix) :], budgets[r], np.random.default_rng(seeds[r]))
+            for r, tokens in enumerate(ids[rows])
+        ]
+        return self._generate_batch(memory, len(prefix), batch, sampling)
 
     def _generate_batch(self, memory, prefix_len: int, rows, sampling: Sampling):
         lib = self.lib

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from harness.backends import SINGLE_PROCESS, ChatBackend, Generation, Sampling, Shard
+from harness.backends import ChatBackend, Generation, Sampling
 from harness.models import PrecisionSpec
 
 HEADER, FOOTER = "<user>\n", "\n</user>\n<assistant>\n"
@@ -30,24 +30,8 @@ class ScriptedBackend(ChatBackend):
     def count_tokens(self, text: str) -> int:
         return len(text.split())
 
-    def generate(
-        self,
-        prompts: list[str],
-        max_new_tokens: int | list[int],
-        sampling: Sampling,
-        seed: int | list[int] = 0,
-        on_batch=None,
-        shard: Shard = SINGLE_PROCESS,
-    ) -> list[Generation | None]:
-        out: list[Generation | None] = [None] * len(prompts)
-        for start in range(0, len(prompts), self.batch_size):
-            if not shard.owns(start // self.batch_size):
-                continue
-            batch = prompts[start : start + self.batch_size]
-            self.calls.append(len(batch))
-            for row, prompt in enumerate(batch):
-                text = self.answer(prompt[len(HEADER) : -len(FOOTER)], len(batch))
-                out[start + row] = Generation(text, max(1, self.count_tokens(text)))
-            if on_batch:
-                on_batch(len(batch))
-        return out
+    def generate_batch(self, shared, rows: slice, budgets: list[int], sampling: Sampling, seeds: list[int]):
+        batch = shared[rows]
+        self.calls.append(len(batch))
+        texts = [self.answer(prompt[len(HEADER) : -len(FOOTER)], len(batch)) for prompt in batch]
+        return [Generation(text, max(1, self.count_tokens(text))) for text in texts]

@@ -11,13 +11,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from harness.backends import (
-    SINGLE_PROCESS,
     ChatBackend,
     Generation,
     Sampling,
-    Shard,
-    per_prompt,
-    row_seeds,
     stop_length,
 )
 from harness.cli import UserError
@@ -28,7 +24,12 @@ class VLLMBackend(ChatBackend):
     name = "vllm"
 
     def __init__(
-        self, weights: str, precision: PrecisionSpec, adapter: str | None = None, tensor_parallel_size: int = 1
+        self,
+        weights: str,
+        precision: PrecisionSpec,
+        adapter: str | None = None,
+        tensor_parallel_size: int = 1,
+        batch_size: int = 16,
     ):
         try:
             from vllm import LLM
@@ -48,6 +49,7 @@ class VLLMBackend(ChatBackend):
         if adapter:
             kwargs.update(enable_lora=True, max_lora_rank=64)
         self.precision = precision
+        self.batch_size = batch_size
         self.weights = weights
         self.llm = LLM(**kwargs)
         self.tokenizer = self.llm.get_tokenizer()
@@ -68,43 +70,34 @@ class VLLMBackend(ChatBackend):
         config = getattr(getattr(self.llm, "llm_engine", None), "model_config", None)
         return f"vllm {getattr(config, 'quantization', None) or 'dense'}"
 
-    def generate(
-        self,
-        prompts: list[str],
-        max_new_tokens: int | list[int],
-        sampling: Sampling,
-        seed: int | list[int] = 0,
-        on_batch=None,
-        shard: Shard = SINGLE_PROCESS,
-        batch_size: int = 16,
-    ) -> list[Generation | None]:
+    def generate_batch(self, shared, rows: slice, budgets: list[int], sampling: Sampling, seeds: list[int]):
+        """One batch of --batch-size prompts in one LLM.generate call (vLLM schedules them itself)."""
         from vllm import SamplingParams
 
-        mine = [i for i in range(len(prompts)) if shard.owns(i // batch_size)]
-        budgets, seeds = per_prompt(max_new_tokens, len(prompts)), row_seeds(seed, len(prompts))
         # A seed per problem: sampled answers depend on neither vLLM's scheduling nor the shard.
         params = [
             SamplingParams(
-                max_tokens=budgets[i],
+                max_tokens=budget,
                 temperature=sampling.temperature if sampling.do_sample else 0.0,
                 top_k=sampling.top_k if sampling.do_sample else -1,
                 top_p=sampling.top_p if sampling.do_sample else 1.0,
-                seed=seeds[i],
+                seed=seed,
                 skip_special_tokens=True,
             )
-            for i in mine
+            for budget, seed in zip(budgets, seeds, strict=True)
         ]
         outputs = self.llm.generate(
-            [{"prompt_token_ids": self.tokenizer(prompts[i], add_special_tokens=False)["input_ids"]} for i in mine],
+            [
+                {"prompt_token_ids": self.tokenizer(prompt, add_special_tokens=False)["input_ids"]}
+                for prompt in shared[rows]
+            ],
             params,
             lora_request=self.lora,
             use_tqdm=False,
         )
-        result: list[Generation | None] = [None] * len(prompts)
-        for i, output in zip(mine, outputs, strict=True):
+        result = []
+        for output in outputs:
             ids = list(output.outputs[0].token_ids)
             used = stop_length(self.tokenizer, ids)
-            result[i] = Generation(text=self.tokenizer.decode(ids[:used], skip_special_tokens=True), tokens=used)
-        if on_batch:
-            on_batch(len(mine))
+            result.append(Generation(text=self.tokenizer.decode(ids[:used], skip_special_tokens=True), tokens=used))
         return result
