@@ -21,7 +21,8 @@ from pathlib import Path
 import harness  # noqa: F401  (thread settings before torch loads)
 from harness.backends import Sampling, load_backend
 from harness.cli import BATCH_SIZE, REPEATS, THREADS, ArgParser, UserError, input_path, output_file, run
-from harness.models import get_model, get_precision, variant_weights
+from harness.models import get_model, get_precision
+from harness.weights import variant_weights
 
 
 def peak_rss_mb() -> float:

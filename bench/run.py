@@ -58,8 +58,9 @@ def quick_grid_problems(count: int) -> list[dict]:
     from transformers import AutoTokenizer
 
     from harness.eval import max_new_tokens
-    from harness.models import get_model, resolve_weights
+    from harness.models import get_model
     from harness.prompts import TEMPLATE_FOR_TASK, user_message
+    from harness.weights import resolve_weights
 
     name, config = load_config("quick")
     spec = build_spec(name, config)
@@ -113,7 +114,8 @@ def answer_line(text: str) -> str:
 def bench_eval(count: int, repeats: int, threads: int, batch_size: int, work: Path) -> dict:
     from transformers import AutoTokenizer
 
-    from harness.models import get_model, resolve_weights
+    from harness.models import get_model
+    from harness.weights import resolve_weights
     from scratch.train import measure_matmul_flops
 
     problems = quick_grid_problems(count)
@@ -181,7 +183,8 @@ def flops_of_work(problems: list[dict], outputs: list[str], tokenizer, batch_siz
 
     from bench.engines import groups_like_harness_eval
     from harness.backends import feedable_prefix
-    from harness.models import get_model, resolve_weights
+    from harness.models import get_model
+    from harness.weights import resolve_weights
 
     config = AutoConfig.from_pretrained(resolve_weights(get_model("smollm2")))
     d, ff, layers = config.hidden_size, config.intermediate_size, config.num_hidden_layers
@@ -319,7 +322,8 @@ def bench_data(repeats: int, count: int = 100_000) -> list[dict]:
 
 
 def bench_memory(threads: int, batch_size: int, work: Path, problems: list[dict]) -> list[dict]:
-    from harness.models import get_model, get_precision, quantized_dir
+    from harness.models import get_model, get_precision
+    from harness.weights import quantized_dir
 
     subset = work / "memory-problems.json"
     subset.write_text(json.dumps(problems[:16]))
@@ -353,7 +357,8 @@ def tiny_llama(work: Path) -> Path:
     import torch
     from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
-    from harness.models import get_model, resolve_weights
+    from harness.models import get_model
+    from harness.weights import resolve_weights
 
     tokenizer = AutoTokenizer.from_pretrained(resolve_weights(get_model("smollm2")))
     torch.manual_seed(0)

@@ -144,8 +144,9 @@ def load_config(path: Path) -> FinetuneConfig:
     if not path.is_file():
         raise UserError(f"no config file at {path}; see finetune/configs/ for examples")
     config = load_yaml_model(path, FinetuneConfig)
-    from harness.models import check_weights, get_model
+    from harness.models import get_model
     from harness.problems import parse_task
+    from harness.weights import check_weights
 
     model = get_model(config.model)
     check_task(parse_task(config.task))
@@ -162,7 +163,9 @@ def is_main_process() -> bool:
 
 def base_weights(config: FinetuneConfig, out: Path) -> str:
     """The directory the base model loads from: a registry model, --model_path, or a tiny model saved in OUT/base."""
-    from harness.models import get_model, quiet_transformers, resolve_weights
+    from harness.models import get_model
+    from harness.quiet import quiet_transformers
+    from harness.weights import resolve_weights
 
     quiet_transformers()
     model = get_model(config.model)
@@ -322,7 +325,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--out", type=output_dir, required=True, help="run directory: checkpoints/, adapter/, base/")
     args = parser.parse_args(argv)
     config = load_config(args.config)
-    from harness.models import get_model, has_cuda
+    from harness.models import get_model
+    from harness.weights import has_cuda
 
     model = get_model(config.model)
     if model.requires == "gpu" and config.tiny is None and not has_cuda():

@@ -69,7 +69,7 @@ def to_autoawq(source: Path, out: Path) -> dict:
     import torch
     from compressed_tensors.compressors.pack_quantized.helpers import unpack_from_int32
 
-    from harness.models import quiet_gptqmodel, quiet_transformers
+    from harness.quiet import quiet_gptqmodel, quiet_transformers
 
     quiet_transformers()
     quiet_gptqmodel()

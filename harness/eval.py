@@ -33,22 +33,14 @@ from harness.cli import (
     utf8,
 )
 from harness.config import SETTINGS, RunSpec, add_setting_flags, build_spec, load_config
-from harness.models import (
-    ModelSpec,
-    PrecisionSpec,
-    check_hardware,
-    check_transformers_can_read,
-    check_weights,
-    get_model,
-    get_precision,
-    variant_weights,
-)
+from harness.models import ModelSpec, PrecisionSpec, get_model, get_precision
 from harness.parallel import Processes
 from harness.problems import DIGITS, Task, generate
 from harness.prompts import TEMPLATE_FOR_TASK, user_message
 from harness.report import write_reports
 from harness.results import CellResult, RunDir, cell_key
 from harness.scoring import extract, is_correct, wilson_interval
+from harness.weights import check_hardware, check_transformers_can_read, check_weights, variant_weights
 
 
 @dataclass

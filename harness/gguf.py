@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from harness.cli import UserError
-from harness.models import ModelSpec, PrecisionSpec, cache_root, gguf_file, resolve_weights
 
 GGUF_VERSION = "v1"  # bump when the way variants are made changes
 
@@ -22,11 +22,10 @@ def shipped_type(file_name: str) -> str:
     return Path(file_name).stem.rsplit(".", 1)[-1].lower()
 
 
-def gguf_variant(model: ModelSpec, precision: PrecisionSpec) -> Path:
-    """The .gguf file of ``model`` at ``precision``, made once; its tokenizer files sit in the same folder."""
-    source = gguf_file(model.source["package"], model.source["file"])
-    folder = cache_root() / "models" / f"{model.name}-gguf-{GGUF_VERSION}"
-    target = folder / f"{model.name}.{precision.weight_dtype}.gguf"
+def gguf_variant(source: Path, folder: Path, name: str, weight_dtype: str, tokenizer: Callable[[], str]) -> Path:
+    """``folder/NAME.WEIGHT_DTYPE.gguf``: the shipped ``source`` file (linked) or a requantization of it, made once;
+    the tokenizer files from the directory ``tokenizer()`` returns sit in the same folder."""
+    target = folder / f"{name}.{weight_dtype}.gguf"
     if target.is_file() and (folder / "tokenizer_config.json").is_file():
         return target
     from filelock import FileLock
@@ -37,14 +36,14 @@ def gguf_variant(model: ModelSpec, precision: PrecisionSpec) -> Path:
             # The same tokenizer and chat template as the transformers path (converted from this very file).
             from transformers import AutoTokenizer
 
-            AutoTokenizer.from_pretrained(resolve_weights(model)).save_pretrained(folder)
+            AutoTokenizer.from_pretrained(tokenizer()).save_pretrained(folder)
         if not target.is_file():
             staging = target.with_name(target.name + ".partial")
-            if precision.weight_dtype == shipped_type(source.name):
+            if weight_dtype == shipped_type(source.name):
                 os.symlink(source, staging)
             else:
-                print(f"requantizing {source.name} to {precision.weight_dtype} (once, seconds)", file=sys.stderr)
-                requantize(source, staging, precision.weight_dtype)
+                print(f"requantizing {source.name} to {weight_dtype} (once, seconds)", file=sys.stderr)
+                requantize(source, staging, weight_dtype)
             os.replace(staging, target)
     return target
 

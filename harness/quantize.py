@@ -30,9 +30,10 @@ from pathlib import Path
 
 from harness.autoawq import require_gptqmodel
 from harness.cli import SEED, ArgParser, Bound, UserError, output_dir, run
-from harness.models import W4_PRECISIONS, ModelSpec, get_model, get_precision, quantized_dir, resolve_weights
+from harness.models import W4_PRECISIONS, ModelSpec, get_model, get_precision
 from harness.problems import heldout_problems, parse_task
 from harness.prompts import user_message
+from harness.weights import quantized_dir, resolve_weights
 
 QUANTIZE_ENV = Path(__file__).resolve().parent.parent / ".venv-quantize"
 FORMATS = ("compressed-tensors", "autoawq")

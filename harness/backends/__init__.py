@@ -13,7 +13,8 @@ import os
 from dataclasses import dataclass
 
 from harness.cli import UserError
-from harness.models import PrecisionSpec, quiet_transformers
+from harness.models import PrecisionSpec
+from harness.quiet import quiet_transformers
 
 BACKENDS = ("hf", "llamacpp", "vllm")
 

@@ -28,7 +28,9 @@ from harness.backends import (
 from harness.backends.sampling import gumbel_choice, warped_candidates
 from harness.backends.shared_prefix import SharedPrefix
 from harness.cli import UserError
-from harness.models import PrecisionSpec, quantization_config, quiet_gptqmodel, quiet_transformers
+from harness.models import PrecisionSpec
+from harness.quiet import quiet_gptqmodel, quiet_transformers
+from harness.weights import quantization_config
 
 TORCH_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 # Kernels that compute in another dtype than the model's. gptqmodel's CPU AWQ kernel casts activations and scales

@@ -52,7 +52,7 @@ class LlamaCppBackend(ChatBackend):
     def __init__(self, gguf_path: str, precision: PrecisionSpec, batch_size: int = 16, threads: int | None = None):
         from transformers import AutoTokenizer
 
-        from harness.models import quiet_transformers
+        from harness.quiet import quiet_transformers
 
         self.lib = lib = import_llama_cpp()
         _silence(lib)

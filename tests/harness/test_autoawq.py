@@ -13,9 +13,10 @@ import torch
 
 from harness.backends import Sampling
 from harness.backends.hf import HFBackend
-from harness.models import get_model, get_precision, resolve_weights
+from harness.models import get_model, get_precision
 from harness.problems import Task, generate
 from harness.prompts import user_message
+from harness.weights import resolve_weights
 from tests.devices import HAS_CUDA
 
 from .helpers import assert_user_error, needs_quantize_env, run_module
@@ -177,7 +178,7 @@ def test_harness_quantize_awq_writes_a_checkpoint_harness_eval_runs(awq_checkpoi
 def test_the_llama_int4_preset_loads_the_default_models_autoawq_checkpoint(awq_checkpoint):
     """The preset's own objects, end to end: its registry entry and precision resolve the weights (given with
     --model-path) and the backend loads and generates; only the GPU requirement of the 8B preset is not asked."""
-    from harness.models import variant_weights
+    from harness.weights import variant_weights
 
     preset = get_model("llama-int4")
     precision = get_precision(preset, preset.default_precision)

@@ -8,9 +8,10 @@ import pytest
 from harness.backends import Sampling
 from harness.backends.hf import HFBackend
 from harness.cli import UserError
-from harness.models import get_model, get_precision, model_registry, precision_registry, resolve_weights
+from harness.models import get_model, get_precision, model_registry, precision_registry
 from harness.problems import Task, generate
 from harness.prompts import user_message
+from harness.weights import resolve_weights
 
 
 def test_every_preset_names_known_precisions():

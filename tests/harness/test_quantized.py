@@ -6,9 +6,10 @@ import json
 import pytest
 
 from harness.backends import Sampling
-from harness.models import get_model, get_precision, variant_weights
+from harness.models import get_model, get_precision
 from harness.problems import Task, generate
 from harness.prompts import user_message
+from harness.weights import variant_weights
 from tests.devices import without_cuda
 
 from .helpers import ROOT, assert_user_error, needs_quantize_env, run_module
