@@ -26,7 +26,6 @@ from harness.backends import (
     shared_prefix,
 )
 from harness.backends.sampling import gumbel_choice, warped_candidates
-from harness.backends.shared_prefix import SharedPrefix
 from harness.cli import UserError
 from harness.models import PrecisionSpec
 from harness.quiet import quiet_gptqmodel, quiet_transformers
@@ -101,7 +100,6 @@ class HFBackend(ChatBackend):
         key = tuple(prefix)
         if key not in self._prefixes:
             cache = DynamicCache(config=self.model.config)
-            SharedPrefix.active = None
             with torch.inference_mode():
                 self.model(torch.tensor([prefix], device=self.device), past_key_values=cache, use_cache=True)
             self._prefixes[key] = [(layer.keys, layer.values) for layer in cache.layers]
@@ -124,17 +122,15 @@ class HFBackend(ChatBackend):
         sampler = None
         if sampling.do_sample:
             sampler = (sampling, torch.tensor(seeds, dtype=torch.long, device=self.device))
-        SharedPrefix.active = cache
-        try:
-            generated = self._decode(kv, input_ids, attention, positions, len(prefix), budgets, sampler)
-        finally:
-            SharedPrefix.active = None
+        generated = self._decode(kv, input_ids, attention, positions, len(prefix), budgets, sampler, cache)
         return [
             Generation(text=self.tokenizer.decode(tokens, skip_special_tokens=True), tokens=len(tokens))
             for tokens in generated
         ]
 
-    def _decode(self, kv, input_ids, attention, positions, prefix_length, budgets, sampler) -> list[list[int]]:
+    def _decode(
+        self, kv, input_ids, attention, positions, prefix_length, budgets, sampler, prefix_kv
+    ) -> list[list[int]]:
         """Token by token; a row leaves the batch (and the KV cache) as soon as it stops: rows finish at very
         different lengths ("7" vs "To calculate ..."), and generate() would keep computing finished ones.
 
@@ -157,6 +153,7 @@ class HFBackend(ChatBackend):
                         past_key_values=kv,
                         use_cache=True,
                         logits_to_keep=1,
+                        shared_prefix=prefix_kv,  # handed down to shared_prefix_attention
                     )
                     .logits[:, -1, :]
                     .float()

@@ -7,7 +7,9 @@ tokens (padding, expression, answer); the prefix's keys and values live once per
 [1, kv_heads, P, head_dim], and each attention call scores the queries against both and takes one softmax
 over the concatenated scores: the same mathematics as attending over the full sequence.
 
-Registered with transformers' AttentionInterface (and sdpa's mask builder), so the model code is untouched.
+Registered with transformers' AttentionInterface (and sdpa's mask builder), so the model code is untouched; the
+prefix reaches it as the ``shared_prefix`` keyword of the model's forward call, which transformers hands down to
+every attention call (no state outside the call).
 """
 
 from __future__ import annotations
@@ -19,12 +21,6 @@ from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, sdpa_mask
 NAME = "numprec_shared_prefix"
 
 
-class SharedPrefix:
-    """The prefix keys/values per layer for the forward passes that run while it is ``active``."""
-
-    active: list[tuple[torch.Tensor, torch.Tensor]] | None = None
-
-
 def shared_prefix_attention(
     module: torch.nn.Module,
     query: torch.Tensor,  # [B, heads, T, D]
@@ -33,6 +29,7 @@ def shared_prefix_attention(
     attention_mask: torch.Tensor | None,  # bool [B, 1, T, S], True = attend; None = plain causal
     scaling: float | None = None,
     dropout: float = 0.0,
+    shared_prefix: list[tuple[torch.Tensor, torch.Tensor]] | None = None,  # per layer: keys, values [1, kv, P, D]
     **kwargs,
 ) -> tuple[torch.Tensor, None]:
     batch, heads, length, dim = query.shape
@@ -50,7 +47,7 @@ def shared_prefix_attention(
     else:
         own = own + attention_mask[:, :, None]
     own = own.view(batch, kv_heads, groups * length, keys)
-    prefix = SharedPrefix.active[module.layer_idx] if SharedPrefix.active else None
+    prefix = shared_prefix[module.layer_idx] if shared_prefix else None
     if prefix is None:
         probs = torch.softmax(own, dim=-1)
         out = probs @ value
