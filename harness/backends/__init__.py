@@ -1,10 +1,12 @@
 """Backends turn chat prompts into generations; everything else (problems, prompts, stopping, scoring,
-results) lives above them. Each backend offers chat_prompt(), count_tokens(), generate() and
-footprint_mb, and applies the same stop rule (``first_line_done``) to the same chat-templated prompts.
+results) lives above them. Every backend is a ChatBackend: chat_prompt(), count_tokens(), footprint_mb,
+kernel, and generate(), whose batching and sharding loop is written once here; a backend implements
+prepare() and generate_batch(), and applies the same stop rule (``first_line_done``) to the same prompts.
 
     hf        transformers: fp32/bf16/fp16 casts, bitsandbytes int8/nf4, GPTQ/AWQ checkpoints, adapters
     llamacpp  llama.cpp through llama-cpp-python: the GGUF variants
     vllm      vLLM on a CUDA GPU: casts, AWQ/GPTQ checkpoints, bitsandbytes nf4, adapters
+    scripted  no model: answers from a function, for testing everything above (harness/backends/scripted.py)
 """
 
 from __future__ import annotations
