@@ -4,6 +4,8 @@ Training modes (one flag):
   fp32      everything float32.
   bf16      pure bfloat16: weights, activations, gradients and AdamW state (the paper's setting).
   bf16-amp  float32 master weights and optimizer, bfloat16 compute (torch.autocast).
+  tf32      CUDA only: float32 storage, matrix multiplies in TF32 (a 10-bit mantissa), what most GPU users get
+            without asking. On CUDA, fp32 runs with TF32 off, so that fp32 means float32.
 
 Pure bf16 can stall: an update smaller than half a bf16 ulp of its weight rounds away. bf16-amp keeps the
 updates and so isolates the effect of bf16 *computation*. Evaluating one trained model under many
@@ -22,7 +24,7 @@ from dataclasses import dataclass
 
 import torch
 
-TRAIN_PRECISIONS = ("fp32", "bf16", "bf16-amp")
+TRAIN_PRECISIONS = ("fp32", "bf16", "bf16-amp", "tf32")
 _FORMAT = re.compile(r"^e(\d+)m(\d+)$")
 
 
@@ -89,6 +91,39 @@ def training_dtype(precision: str) -> torch.dtype:
     return torch.bfloat16 if precision == "bf16" else torch.float32
 
 
-def autocast(precision: str):
+def autocast(precision: str, device_type: str = "cpu"):
     """bf16-amp computes under autocast; the other modes run in their parameters' dtype."""
-    return torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "bf16-amp")
+    return torch.autocast(device_type, dtype=torch.bfloat16, enabled=precision == "bf16-amp")
+
+
+def set_matmul_precision(precision: str, device: torch.device) -> str:
+    """Put the float32 matmul mode the precision means in force, and return it as recorded: fp32 is IEEE float32
+    (TF32 off on CUDA, where some libraries switch it on), tf32 is TF32 (CUDA only)."""
+    if device.type != "cuda":
+        if precision == "tf32":
+            raise ValueError("tf32 is a CUDA matmul mode and this run is on the CPU; use --device cuda or fp32")
+        return {"bf16": "bf16", "bf16-amp": "bf16 (autocast)"}.get(precision, "ieee fp32")
+    tf32 = precision == "tf32"
+    torch.backends.cuda.matmul.allow_tf32 = tf32
+    torch.backends.cudnn.allow_tf32 = tf32
+    torch.set_float32_matmul_precision("high" if tf32 else "highest")
+    if precision in ("bf16", "bf16-amp"):
+        return "bf16" if precision == "bf16" else "bf16 (autocast)"
+    return "tf32" if torch.backends.cuda.matmul.allow_tf32 else "ieee fp32 (tf32 off)"
+
+
+def resolve_device(name: str) -> torch.device:
+    """auto: CUDA when present, else the CPU; cpu; cuda or cuda:N, which must exist."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name == "cpu":
+        return torch.device("cpu")
+    match = re.fullmatch(r"cuda(?::(\d+))?", name)
+    if not match:
+        raise ValueError(f"unknown device {name!r}; use auto, cpu, cuda or cuda:N")
+    if not torch.cuda.is_available():
+        raise ValueError(f"--device {name} needs a CUDA GPU and this machine has none; use --device cpu (or auto)")
+    index = int(match[1] or 0)
+    if index >= torch.cuda.device_count():
+        raise ValueError(f"--device {name}: this machine has {torch.cuda.device_count()} CUDA device(s)")
+    return torch.device("cuda", index)

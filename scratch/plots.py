@@ -125,6 +125,20 @@ def summary_markdown(rows: list[dict]) -> str:
         precisions = list(dict.fromkeys(panel["precision"]))
         lines.append("| n | " + " | ".join(precisions) + " |")
         lines.append("|---:|" + "---:|" * len(precisions))
+        shared = sorted(
+            {
+                int(n)
+                for n, disjoint in zip(panel["length"], panel.get("disjoint_test", []), strict=False)
+                if str(disjoint) == "False"
+            }
+        )
+        if shared:
+            lines += [
+                f"Lengths {', '.join(map(str, shared))}: the problem space is too small for a test set disjoint from "
+                "training (the test set holds more than half of it), so these accuracies include problems seen in "
+                "training.",
+                "",
+            ]
         for length in sorted(panel["length"].unique()):
             cells = []
             for precision in precisions:

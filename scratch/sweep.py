@@ -53,6 +53,9 @@ COLUMNS = [
     "tokens_per_s",
     "mfu",
     "wall_s",
+    "device",
+    "matmul_precision",
+    "disjoint_test",
 ]
 
 
@@ -68,16 +71,17 @@ class SweepConfig(StrictModel):
     """Ranges of the per-cell settings are scratch.train's (RunConfig.check), applied to every cell on load."""
 
     tasks: Annotated[list[TaskGrid], Field(min_length=1)]
-    precisions: Annotated[list[Literal["fp32", "bf16", "bf16-amp"]], Field(min_length=1)] = ["fp32", "bf16"]
+    precisions: Annotated[list[Literal["fp32", "bf16", "bf16-amp", "tf32"]], Field(min_length=1)] = ["fp32", "bf16"]
     depths: Annotated[list[int], Field(min_length=1)] = [3]
     seeds: Annotated[list[int], Field(min_length=1)] = [0, 1, 2]
     train: dict = {}  # scratch.train.RunConfig fields shared by every cell: n_embd, steps, batch_size, lr, ...
     workers: Annotated[int, THREADS.field] = 2  # single-thread processes: at most one per core
+    device: str = "auto"  # every cell's: auto (CUDA when present), cpu, cuda, cuda:N
     launcher: Literal["local", "slurm"] = "local"
     slurm: dict = {}  # submitit parameters, e.g. {slurm_partition: gpu, timeout_min: 2880, gpus_per_node: 1}
 
 
-PER_CELL = {"op", "operands", "base", "length", "fixed_width", "precision", "depth", "seed", "threads"}
+PER_CELL = {"op", "operands", "base", "length", "fixed_width", "precision", "depth", "seed", "threads", "device"}
 
 
 def load_sweep(path: Path) -> SweepConfig:
@@ -119,6 +123,7 @@ def cells(config: SweepConfig) -> list[RunConfig]:
             depth=depth,
             seed=seed,
             threads=1,
+            device=config.device,
         )
         for grid in config.tasks
         for length, precision, depth, seed in itertools.product(
@@ -160,6 +165,9 @@ def run_cell(run_config: RunConfig, out: str) -> list[dict]:
         "tokens_per_s": round(summary["tokens_per_s"], 1),
         "mfu": round(summary["mfu"], 4),
         "wall_s": round(wall, 1),
+        "device": summary["device"],
+        "matmul_precision": summary["matmul_precision"],
+        "disjoint_test": summary["disjoint_test"],
     }
     rows = []
     for eval_format, correct in [("", summary["correct"]), *summary["formats"].items()]:
@@ -200,7 +208,7 @@ def write_rows(path: Path, rows: list[dict]) -> None:
     buffer = io.StringIO()
     writer = csv.DictWriter(buffer, fieldnames=COLUMNS, lineterminator="\n")
     writer.writeheader()
-    writer.writerows({k: row[k] for k in COLUMNS} for row in rows)
+    writer.writerows({k: row.get(k, "") for k in COLUMNS} for row in rows)  # older rows lack later columns
     atomic_write_text(path, buffer.getvalue())
 
 

@@ -8,6 +8,10 @@ NewGELU; AdamW lr 1e-3, betas (0.9, 0.999), weight decay 0.01, cosine schedule w
 answer tokens; batch 512 for 100k steps; 50k test samples. The defaults below are those, except steps,
 test size and warmup, which a CPU cannot afford at the paper's values.
 
+``--device auto|cpu|cuda|cuda:N`` (auto: CUDA when present) holds the model, optimizer and batches; problems are
+drawn on the CPU, so a seed gives the same data on every device. On CUDA, fp32 runs with TF32 off and ``tf32`` is
+a precision of its own; each summary records the device and the matmul precision in force.
+
 Accuracy is exact match under greedy decoding. It is computed in one teacher-forced pass: a sequence
 counts when the argmax at every answer position (and at <eos>) is the right token, which is exactly when
 greedy generation would reproduce the answer. Checkpoints (model, optimizer, schedule, data stream) are
@@ -19,6 +23,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import platform
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
@@ -45,7 +50,16 @@ from harness.cli import run as cli_run
 from harness.problems import BASE, OPERANDS
 from scratch.data import Arithmetic, Problems
 from scratch.model import GPT, GPTConfig, identity
-from scratch.numerics import TRAIN_PRECISIONS, FloatFormat, Rounding, autocast, round_weights, training_dtype
+from scratch.numerics import (
+    TRAIN_PRECISIONS,
+    FloatFormat,
+    Rounding,
+    autocast,
+    resolve_device,
+    round_weights,
+    set_matmul_precision,
+    training_dtype,
+)
 
 
 @dataclass
@@ -69,6 +83,7 @@ class RunConfig:
     eval_every: int = 500
     eval_formats: list[str] = field(default_factory=list)
     threads: int = 1
+    device: str = "auto"  # auto (CUDA when present), cpu, cuda, cuda:N
 
     def task(self) -> Arithmetic:
         return Arithmetic(self.op, self.base, self.length, self.operands, self.fixed_width)
@@ -95,6 +110,10 @@ class RunConfig:
         try:
             seq_len = self.task().seq_len
             training_dtype(self.precision)
+            if self.precision == "tf32":
+                set_matmul_precision("tf32", resolve_device(self.device))  # refuses tf32 off CUDA
+            else:
+                resolve_device(self.device)
             for name in unique(self.eval_formats, "eval_formats"):
                 FloatFormat.parse(name)
         except ValueError as err:
@@ -135,15 +154,30 @@ LIMITS = {
 }
 
 
-def measure_matmul_flops(dtype: torch.dtype, size: int = 512, seconds: float = 0.5) -> float:
-    """The machine's matrix-multiply rate in this dtype and thread count: the MFU denominator."""
-    a, b = torch.randn(size, size, dtype=dtype), torch.randn(size, size, dtype=dtype)
+def measure_matmul_flops(
+    dtype: torch.dtype, size: int = 512, seconds: float = 0.5, device: torch.device | str = "cpu"
+) -> float:
+    """The device's matrix-multiply rate in this dtype (and, on CUDA, the float32 matmul mode in force; on the CPU,
+    this thread count): the MFU denominator."""
+    device = torch.device(device)
+    if device.type == "cuda":
+        size = max(size, 4096)  # a small product measures launch overhead on a GPU, not its rate
+    a, b = torch.randn(size, size, dtype=dtype, device=device), torch.randn(size, size, dtype=dtype, device=device)
     a @ b
+    _synchronize(device)
     count, started = 0, time.perf_counter()
     while time.perf_counter() - started < seconds:
         a @ b
         count += 1
+        if device.type == "cuda" and count % 16 == 0:
+            _synchronize(device)
+    _synchronize(device)
     return 2 * size**3 * count / (time.perf_counter() - started)
+
+
+def _synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
 
 
 def cosine_with_warmup(step: int, warmup: int, total: int) -> float:
@@ -166,7 +200,7 @@ def exact_match(model: GPT, tokens: torch.Tensor, mask: torch.Tensor, precision:
     correct = 0
     for start in range(0, tokens.shape[0], batch):
         x, m = tokens[start : start + batch], mask[start : start + batch]
-        with autocast(precision):
+        with autocast(precision, x.device.type):
             predicted = model(x[:, :-1]).argmax(-1)
         right = (predicted == x[:, 1:]) | ~m[:, 1:]
         correct += int(right.all(dim=1).sum())
@@ -191,11 +225,11 @@ def evaluate_formats(model: GPT, tokens, mask, formats: list[str]) -> dict[str, 
     return results
 
 
-def build(config: RunConfig) -> tuple[GPT, torch.optim.Optimizer]:
+def build(config: RunConfig, device: torch.device | str = "cpu") -> tuple[GPT, torch.optim.Optimizer]:
     task = config.task()
-    torch.manual_seed(config.seed)
+    torch.manual_seed(config.seed)  # the weights are drawn on the CPU, then moved: the same start on every device
     model = GPT(GPTConfig(task.vocab_size, task.seq_len, config.depth, config.n_head, config.n_embd))
-    model.to(training_dtype(config.precision))
+    model.to(device=device, dtype=training_dtype(config.precision))
     decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
     no_decay = [p for n, p in model.named_parameters() if p.dim() < 2]
     groups = [{"params": decay, "weight_decay": config.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
@@ -209,28 +243,32 @@ def run(config: RunConfig, out: Path | None = None, log=print) -> dict:
     if config.precision not in TRAIN_PRECISIONS:
         raise ValueError(f"unknown precision {config.precision!r}; known: {', '.join(TRAIN_PRECISIONS)}")
     torch.set_num_threads(config.threads)
+    device = resolve_device(config.device)
+    matmul_precision = set_matmul_precision(config.precision, device)
     task = config.task()
-    model, optimizer = build(config)
+    model, optimizer = build(config, device)
+    # Problems are drawn on the CPU (the same stream on every device) and moved.
     problems = Problems(task, config.seed, config.test_size)
-    test_tokens, test_mask = problems.test_set()
+    test_tokens, test_mask = (t.to(device) for t in problems.test_set())
     step, history, train_seconds, tokens_seen = 0, [], 0.0, 0
     checkpoint = out / "checkpoint.pt" if out else None
     if checkpoint and checkpoint.exists():
-        saved = torch.load(checkpoint, weights_only=False)
+        saved = torch.load(checkpoint, weights_only=False, map_location=device)  # resumes on any device
         model.load_state_dict(saved["model"])
         optimizer.load_state_dict(saved["optimizer"])
-        problems.train_rng.set_state(saved["data_rng"])
+        problems.train_rng.set_state(saved["data_rng"].cpu())
         step, history = saved["step"], saved["history"]
         train_seconds, tokens_seen = saved["train_seconds"], saved["tokens_seen"]
         log(f"resumed at step {step}")
-    gemm = measure_matmul_flops(torch.bfloat16 if config.precision != "fp32" else torch.float32)
+    gemm_dtype = torch.float32 if config.precision in ("fp32", "tf32") else torch.bfloat16
+    gemm = measure_matmul_flops(gemm_dtype, device=device)
     flops_per_token = model.flops_per_token(task.seq_len)
     while step < config.steps:
         started = time.perf_counter()
         for group in optimizer.param_groups:
             group["lr"] = config.lr * cosine_with_warmup(step, config.warmup_steps, config.steps)
-        tokens, mask = problems.train_batch(config.batch_size)
-        with autocast(config.precision):
+        tokens, mask = (t.to(device) for t in problems.train_batch(config.batch_size))
+        with autocast(config.precision, device.type):
             loss = sequence_loss(model, tokens, mask)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
@@ -268,6 +306,9 @@ def run(config: RunConfig, out: Path | None = None, log=print) -> dict:
         "correct": correct,
         "accuracy": correct / len(test_tokens),
         "disjoint_test": problems.disjoint,
+        "device": str(device),
+        "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or "cpu",
+        "matmul_precision": matmul_precision,
         "tokens_per_s": tokens_per_s,
         "mfu": tokens_per_s * flops_per_token / gemm,
         "gemm_flops": gemm,

@@ -298,6 +298,9 @@ SCRATCH_TRAIN = [
     ("weight-decay-negative", [*OK_SCRATCH, "--weight-decay", "-1"], "--weight-decay: must be at least 0"),
     ("out-a-file", [*OK_SCRATCH, "--out", "a_file"], "is a file"),
     ("abbreviated", ["--ste", "5"], "--ste is not a flag; write it in full"),
+    ("device-unknown", [*OK_SCRATCH, "--device", "gpu"], "unknown device 'gpu'"),
+    pytest.param("device-cuda", [*OK_SCRATCH, "--device", "cuda"], "needs a CUDA GPU", marks=without_cuda),
+    pytest.param("tf32-on-cpu", [*OK_SCRATCH, "--precision", "tf32"], "tf32 is a CUDA matmul mode", marks=without_cuda),
 ]
 
 
@@ -332,6 +335,8 @@ SCRATCH_SWEEP = [
     sweep("per-cell-in-train", OK_SWEEP.replace("steps: 10,", "steps: 10, precision: bf16,"), "unknown setting"),
     sweep("format-range", OK_SWEEP.replace("steps: 10,", "steps: 10, eval_formats: [e9m9],"), "e9m9"),
     sweep("formats-not-a-list", OK_SWEEP.replace("steps: 10,", "steps: 10, eval_formats: e8m7,"), "must be a list"),
+    pytest.param(*sweep("device-cuda", OK_SWEEP + "device: cuda\n", "needs a CUDA GPU"), marks=without_cuda),
+    sweep("device-in-train", OK_SWEEP.replace("steps: 10,", "steps: 10, device: cpu,"), "unknown setting"),
     sweep("launcher-typo", OK_SWEEP + "launcher: slurmm\n", "launcher"),
     ("config-missing", ["--config", "gone.yaml", "--out", "sw"], "does not exist"),
     ("out-a-file", ["--config", "{config}", "--out", "a_file"], "is a file", config(OK_SWEEP)),

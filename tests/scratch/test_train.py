@@ -1,5 +1,6 @@
 """Real training runs of the paper's architecture, small enough for the test budget."""
 
+import pytest
 import torch
 
 from scratch.model import GPT, GPTConfig
@@ -59,6 +60,7 @@ def test_resume_continues_from_the_checkpoint(tmp_path):
     longer = RunConfig(**{**short.__dict__, "steps": 30})
     second = run(longer, tmp_path, log=lines.append)
     assert lines[0] == "resumed at step 20"
+    assert (second["device"], second["matmul_precision"]) == ("cpu", "ieee fp32")
     assert [h["step"] for h in second["history"]] == [10, 20, 30]
     assert second["history"][:2] == first["history"]
 
@@ -101,3 +103,26 @@ def test_rounding_hook_reaches_every_layer():
     assert len(calls) > 10 * 2
     model.rounding = Rounding(FloatFormat.parse("e8m23"))
     assert torch.allclose(model(tokens), reference, atol=1e-5)
+
+
+@pytest.mark.gpu
+def test_on_cuda_fp32_is_float32_and_tf32_is_its_own_precision(tmp_path):
+    """On a GPU: the same seed starts from the same weights; fp32 runs with TF32 off, tf32 with it on, and each
+    summary says which was in force."""
+    base = dict(
+        op="add",
+        base=10,
+        length=2,
+        n_embd=32,
+        depth=1,
+        steps=20,
+        batch_size=64,
+        eval_every=20,
+        test_size=200,
+        warmup_steps=2,
+        device="cuda",
+    )
+    fp32 = run(RunConfig(**base, precision="fp32"), tmp_path / "fp32", log=lambda line: None)
+    tf32 = run(RunConfig(**base, precision="tf32"), tmp_path / "tf32", log=lambda line: None)
+    assert fp32["matmul_precision"] == "ieee fp32 (tf32 off)" and tf32["matmul_precision"] == "tf32"
+    assert fp32["device"].startswith("cuda") and fp32["n_test"] == tf32["n_test"] == 200
