@@ -95,7 +95,7 @@ def anatomy_rows(samples: Sequence[dict], series_of: Callable[[dict], str], task
 
 
 def anatomy_csv(rows: Sequence[AnatomyRow]) -> str:
-    return csv_text(rows, {"accuracy": 4}) or ",".join(COLUMNS) + "\n"
+    return csv_text(rows, COLUMNS, {"accuracy": 4})
 
 
 def anatomy_plot_png(rows: Sequence[AnatomyRow]) -> bytes:

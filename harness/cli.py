@@ -147,13 +147,13 @@ WEIGHT_DECAY = Bound(0, 1, "AdamW multiplies weights by 1 - lr x decay each step
 STEPS = Bound(1, 10_000_000, "the paper trains 100,000 steps")
 
 
-def unique(values: Sequence[Any], what: str) -> list:
-    """``values`` as a list, or an error naming the repeated entry (a repeated length would be evaluated and
-    written twice)."""
+def unique(values: Sequence[Any], what: str, error: type[Exception] = UserError) -> list:
+    """``values`` as a list, or ``error`` naming the repeated entry (a repeated length would be evaluated and
+    written twice). Parsers raise the error their caller expects: argparse's type error, pydantic's ValueError."""
     seen: set = set()
     for value in values:
         if value in seen:
-            raise UserError(f"{what} lists {value} twice; give each once")
+            raise error(f"{what} lists {value} twice; give each once")
         seen.add(value)
     return list(values)
 
@@ -177,10 +177,7 @@ def parse_int_list(text: str) -> list[int]:
         values.extend(range(bounds[0], bounds[-1] + 1))
     if not values:
         raise ValueError(f"'{text}' names no integers; give a list like 1,2,3 or 1-13")
-    try:
-        return unique(values, f"'{text}'")
-    except UserError as err:
-        raise ValueError(str(err)) from None
+    return unique(values, f"'{text}'", error=ValueError)
 
 
 def int_list(text: str) -> list[int]:
@@ -196,10 +193,7 @@ def name_list(text: str) -> list[str]:
     names = [part.strip() for part in text.split(",") if part.strip()]
     if not names:
         raise argparse.ArgumentTypeError(f"'{text}' names nothing; give a comma-separated list")
-    try:
-        return unique(names, f"'{text}'")
-    except UserError as err:
-        raise argparse.ArgumentTypeError(str(err)) from None
+    return unique(names, f"'{text}'", error=argparse.ArgumentTypeError)
 
 
 def utf8(text: str) -> str:

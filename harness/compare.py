@@ -146,7 +146,7 @@ def _pair(reference_answers: dict, variant_answers: dict, baseline: str, variant
 
 def comparisons_csv(comparisons: Sequence[Comparison]) -> str:
     fractions = ("baseline_accuracy", "variant_accuracy", "difference", "diff_low", "diff_high")
-    return csv_text(comparisons, dict.fromkeys(fractions, 4)) or ",".join(COLUMNS) + "\n"
+    return csv_text(comparisons, COLUMNS, dict.fromkeys(fractions, 4))
 
 
 def comparisons_markdown(comparisons: Sequence[Comparison]) -> list[str]:

@@ -33,10 +33,7 @@ M = TypeVar("M", bound=StrictModel)
 
 
 def _distinct(values: list) -> list:
-    try:
-        return unique(values, "the list")
-    except UserError as err:
-        raise ValueError(str(err)) from None
+    return unique(values, "the list", error=ValueError)  # pydantic reports a ValueError as the key's message
 
 
 # A list of settings in a config: at least one entry, none repeated (a repeat runs or writes the same cell twice).
@@ -153,13 +150,6 @@ def add_setting_flags(parser: argparse.ArgumentParser) -> None:
             metavar="K" if name == "invariance_check" else None,
             help=info.description,
         )
-
-
-def _literal_choices(annotation: Any) -> list[str]:
-    """The strings of a Literal, also inside an Optional."""
-    if get_origin(annotation) is Literal:
-        return [value for value in get_args(annotation) if isinstance(value, str)]
-    return [value for member in get_args(annotation) for value in _literal_choices(member)]
 
 
 def _literal_choices(annotation: Any) -> list[str]:

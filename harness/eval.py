@@ -179,28 +179,27 @@ def run_group(
         share = wall * sum(g.tokens for g in own) / total_tokens  # the group's time, split by tokens
         row, samples = score_cell(backend, cell, spec, own, share, total_tokens / wall if wall > 0 else 0.0)
         if spec.invariance_check:
-            row = invariance_check(backend, cell, spec, own, own_budgets, own_seeds, row, progress)
+            row = invariance_check(backend, cell, spec, samples, own_budgets, own_seeds, row, progress)
         results.append((row, samples))
     return results
 
 
 def invariance_check(
-    backend, cell: Cell, spec: RunSpec, batched, budgets, seeds, row: CellResult, progress
+    backend, cell: Cell, spec: RunSpec, samples: list[dict], budgets, seeds, row: CellResult, progress
 ) -> CellResult:
     """Generate the cell's first K problems again one at a time (same budgets and seeds) and count the outputs and
-    verdicts that differ from the batched run."""
+    verdicts that differ from the batched run's ``samples``, scored by the same rule."""
     k = min(spec.invariance_check, len(cell.problems))
     outputs = verdicts = 0
     for index in range(k):
         alone = backend.generate(
             [cell.prompts[index]], [budgets[index]], Sampling.named(spec.decoding), seed=[seeds[index]]
         )
-        text, gold = alone[0].text, cell.problems[index].answer
+        problem, batched = cell.problems[index], samples[index]
         progress.update(1)
-        outputs += text != batched[index].text
-        verdicts += is_correct(extract(text, spec.base).answer, gold, spec.base) != is_correct(
-            extract(batched[index].text, spec.base).answer, gold, spec.base
-        )
+        outputs += alone[0].text != batched["output"]
+        answer = extract(alone[0].text, spec.base, problem.expression).answer
+        verdicts += is_correct(answer, problem.answer, spec.base) != batched["correct"]
     return replace(row, flip_k=k, flip_outputs=outputs, flip_verdicts=verdicts)
 
 

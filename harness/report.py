@@ -214,8 +214,12 @@ def accuracy_plot_png(rows: Sequence[CellResult]) -> bytes:
     return buffer.getvalue()
 
 
-def write_reports(out: Path, rows: Sequence[CellResult], commands: Sequence[str]) -> None:
-    samples = read_samples(out / "samples.jsonl")
+def write_reports(
+    out: Path, rows: Sequence[CellResult], commands: Sequence[str], samples: Sequence[dict] | None = None
+) -> None:
+    """Every report of a run directory; ``samples`` are read from samples.jsonl unless the caller holds them."""
+    if samples is None:
+        samples = read_samples(out / "samples.jsonl")
     comparisons = paired_comparisons(samples, series_label, task_label)
     anatomy = anatomy_rows(samples, series_label, task_label)
     atomic_write_text(out / "comparisons.csv", comparisons_csv(comparisons))

@@ -21,8 +21,9 @@ from harness.results import CellKey, RunDir, atomic_write_text, results_csv_text
 from harness.scoring import extract, is_correct, wilson_interval
 
 
-def rescore(run_dir: RunDir) -> list[str]:
-    """Re-read every sample of ``run_dir``; rewrite samples and rows; return one line per changed verdict."""
+def rescore(run_dir: RunDir) -> tuple[list[str], list[dict]]:
+    """Re-read every sample of ``run_dir``; rewrite samples and rows; return one line per changed verdict, and the
+    rescored samples."""
     samples = read_samples(run_dir.samples_path)
     changes, tallies = [], {}
     for sample in samples:
@@ -50,7 +51,7 @@ def rescore(run_dir: RunDir) -> list[str]:
     atomic_write_text(run_dir.samples_path, text)  # samples first: a row always has its samples
     atomic_write_text(run_dir.results_path, results_csv_text(rows))
     run_dir.rows = rows
-    return changes
+    return changes, samples
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -68,8 +69,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         for repair in run_dir.repairs:
             print(f"repaired {args.run}: {repair}", file=sys.stderr)
-        changes = rescore(run_dir)
-        write_reports(run_dir.path, run_dir.rows, run_dir.commands())
+        changes, samples = rescore(run_dir)
+        write_reports(run_dir.path, run_dir.rows, run_dir.commands(), samples)
     finally:
         run_dir.close()
     for line in changes:

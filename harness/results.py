@@ -196,13 +196,11 @@ def read_results(path: Path) -> tuple[list[CellResult], int]:
         ) from None
 
 
-def csv_text(rows: Iterable, decimals: dict[str, int]) -> str:
-    """Dataclass rows as CSV text, the named float columns rounded to their number of decimals."""
-    rows = list(rows)
+def csv_text(rows: Iterable, columns: list[str], decimals: dict[str, int]) -> str:
+    """Dataclass rows as CSV text under a header of ``columns``, the named float columns rounded to their number
+    of decimals."""
     buffer = io.StringIO()
-    if not rows:
-        return ""
-    writer = csv.DictWriter(buffer, fieldnames=[f.name for f in fields(rows[0])], lineterminator="\n")
+    writer = csv.DictWriter(buffer, fieldnames=columns, lineterminator="\n")
     writer.writeheader()
     for row in rows:
         record = asdict(row)
@@ -211,11 +209,8 @@ def csv_text(rows: Iterable, decimals: dict[str, int]) -> str:
 
 
 def results_csv_text(rows: Iterable[CellResult]) -> str:
-    rows = list(rows)
-    if not rows:
-        return ",".join(COLUMNS) + "\n"
     decimals = {"accuracy": 4, "ci_low": 4, "ci_high": 4, "wall_s": 1, "tokens_per_s": 1, "footprint_mb": 1}
-    return csv_text(rows, decimals)
+    return csv_text(rows, COLUMNS, decimals)
 
 
 class RunDir:

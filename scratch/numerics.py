@@ -96,19 +96,27 @@ def autocast(precision: str, device_type: str = "cpu"):
     return torch.autocast(device_type, dtype=torch.bfloat16, enabled=precision == "bf16-amp")
 
 
+REDUCED_MATMUL = {"bf16": "bf16", "bf16-amp": "bf16 (autocast)"}  # what a bf16 mode's matmuls are recorded as
+
+
+def check_precision_device(precision: str, device: torch.device) -> None:
+    if precision == "tf32" and device.type != "cuda":
+        raise ValueError("tf32 is a CUDA matmul mode and this run is on the CPU; use --device cuda or fp32")
+
+
 def set_matmul_precision(precision: str, device: torch.device) -> str:
     """Put the float32 matmul mode the precision means in force, and return it as recorded: fp32 is IEEE float32
     (TF32 off on CUDA, where some libraries switch it on), tf32 is TF32 (CUDA only)."""
+    check_precision_device(precision, device)
+    if device.type == "cuda":
+        tf32 = precision == "tf32"
+        torch.backends.cuda.matmul.allow_tf32 = tf32
+        torch.backends.cudnn.allow_tf32 = tf32
+        torch.set_float32_matmul_precision("high" if tf32 else "highest")
+    if precision in REDUCED_MATMUL:
+        return REDUCED_MATMUL[precision]
     if device.type != "cuda":
-        if precision == "tf32":
-            raise ValueError("tf32 is a CUDA matmul mode and this run is on the CPU; use --device cuda or fp32")
-        return {"bf16": "bf16", "bf16-amp": "bf16 (autocast)"}.get(precision, "ieee fp32")
-    tf32 = precision == "tf32"
-    torch.backends.cuda.matmul.allow_tf32 = tf32
-    torch.backends.cudnn.allow_tf32 = tf32
-    torch.set_float32_matmul_precision("high" if tf32 else "highest")
-    if precision in ("bf16", "bf16-amp"):
-        return "bf16" if precision == "bf16" else "bf16 (autocast)"
+        return "ieee fp32"
     return "tf32" if torch.backends.cuda.matmul.allow_tf32 else "ieee fp32 (tf32 off)"
 
 

@@ -55,6 +55,7 @@ from scratch.numerics import (
     FloatFormat,
     Rounding,
     autocast,
+    check_precision_device,
     resolve_device,
     round_weights,
     set_matmul_precision,
@@ -110,10 +111,7 @@ class RunConfig:
         try:
             seq_len = self.task().seq_len
             training_dtype(self.precision)
-            if self.precision == "tf32":
-                set_matmul_precision("tf32", resolve_device(self.device))  # refuses tf32 off CUDA
-            else:
-                resolve_device(self.device)
+            check_precision_device(self.precision, resolve_device(self.device))  # checks only: no flag is set
             for name in unique(self.eval_formats, "eval_formats"):
                 FloatFormat.parse(name)
         except ValueError as err:

@@ -18,6 +18,7 @@ import os
 from pathlib import Path
 
 import numpy as np
+import torch
 
 from harness.backends import (
     ChatBackend,
@@ -26,6 +27,7 @@ from harness.backends import (
     feedable_prefix,
     first_line_done,
 )
+from harness.backends.sampling import gumbel_choice, warped_candidates
 from harness.cli import UserError
 from harness.gguf import import_llama_cpp
 from harness.models import PrecisionSpec
@@ -134,10 +136,7 @@ class LlamaCppBackend(ChatBackend):
 
     def generate_batch(self, shared, rows: slice, budgets: list[int], sampling: Sampling, seeds: list[int]):
         ids, prefix, memory = shared
-        batch = [
-            _Row(r + 1, tokens[len(prefix) :], budgets[r], np.random.default_rng(seeds[r]))
-            for r, tokens in enumerate(ids[rows])
-        ]
+        batch = [_Row(r + 1, tokens[len(prefix) :], budgets[r], seeds[r]) for r, tokens in enumerate(ids[rows])]
         return self._generate_batch(memory, len(prefix), batch, sampling)
 
     def _generate_batch(self, memory, prefix_len: int, rows, sampling: Sampling):
@@ -156,7 +155,7 @@ class LlamaCppBackend(ChatBackend):
         for _ in range(max(row.budget for row in rows)):
             step = []
             for row in running:
-                token = _choose(last[row.seq], sampling, row.rng)
+                token = _choose(last[row.seq], sampling, row.seed, len(row.generated))
                 row.generated.append(token)
                 text = self.tokenizer.decode(row.generated, skip_special_tokens=True)
                 row.done = bool(lib.llama_vocab_is_eog(self.vocab, token)) or first_line_done(text)
@@ -199,24 +198,22 @@ class LlamaCppBackend(ChatBackend):
 
 
 class _Row:
-    def __init__(self, seq: int, tokens: list[int], budget: int, rng: np.random.Generator):
+    def __init__(self, seq: int, tokens: list[int], budget: int, seed: int):
         self.seq = seq
         self.tokens = tokens
         self.budget = budget
-        self.rng = rng
+        self.seed = seed
         self.position = 0
         self.generated: list[int] = []
         self.done = False
 
 
-def _choose(logits: np.ndarray, sampling: Sampling, rng: np.random.Generator) -> int:
-    """Greedy argmax, or the paper's sampling in transformers' order: temperature, then top-k, then top-p."""
+def _choose(logits: np.ndarray, sampling: Sampling, seed: int, step: int) -> int:
+    """Greedy argmax, or the paper's sampling as the transformers backend draws it (harness/backends/sampling.py):
+    the same warping and the same seeded Gumbel noise, so both engines draw alike from alike logits."""
     if not sampling.do_sample:
         return int(np.argmax(logits))
-    scaled = logits.astype(np.float64) / sampling.temperature
-    top = np.argsort(-scaled)[: sampling.top_k]
-    probs = np.exp(scaled[top] - scaled[top[0]])
-    probs /= probs.sum()
-    keep = int(np.searchsorted(np.cumsum(probs), sampling.top_p) + 1)  # smallest set with mass >= top_p
-    probs = probs[:keep] / probs[:keep].sum()
-    return int(top[rng.choice(keep, p=probs)])
+    values, candidates = warped_candidates(
+        torch.from_numpy(logits)[None].float(), sampling.temperature, sampling.top_k, sampling.top_p
+    )
+    return int(gumbel_choice(values, candidates, torch.tensor([seed], dtype=torch.long), step))
