@@ -2,11 +2,15 @@
 
     python -m scratch.sweep --config scratch/configs/cpu.yaml --out reports/scratch-cpu
 
-Each cell trains one model (scratch.train) in its own single-thread worker process (on this machine N
-one-thread processes beat one N-thread process), or as one task of a Slurm job array through submitit
-(``launcher: slurm``). Finished cells are rows of ``results.csv``; rerunning the command skips them, and
-an interrupted cell resumes from its checkpoint. Each cell also evaluates its trained model under the
-emulated float formats of ``eval_formats`` (rows with ``eval_format`` set), which feeds the phase diagram.
+Each cell trains one model (scratch.train). ``pack: N`` trains up to N cells of one shape (the seeds of a
+cell) as one stacked model in one process (scratch.train.Pack): on a GPU, small models only fill it together.
+``launcher: local`` runs packs in worker processes: one per visible GPU (``device: auto`` or ``cuda``), or
+``workers`` single-thread processes on the CPU (on a CPU, N one-thread processes beat one N-thread process);
+``launcher: slurm`` runs each pack as one task of a Slurm job array through submitit, on the GPU it asks for.
+Finished cells are rows of ``results.csv``; rerunning the command skips them, and an interrupted cell resumes
+from its checkpoint (checkpoints are per cell, so a cell resumes in any pack). Each cell also evaluates its
+trained model under the emulated float formats of ``eval_formats`` (rows with ``eval_format`` set), which
+feeds the phase diagram.
 
 Outputs: results.csv, accuracy_vs_length.png (the paper's Fig. 2-3: a line per precision, best of seeds
 solid, mean dashed with the min-max band), phase_diagram.png (mantissa bits x n -> accuracy of the
@@ -22,17 +26,22 @@ import sys
 import time
 from collections.abc import Sequence
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from contextlib import ExitStack
+from dataclasses import replace
 from multiprocessing import get_context
 from pathlib import Path
 from typing import Annotated, Literal
 
 from pydantic import Field
 
-from harness.cli import THREADS, ArgParser, UserError, input_path, output_dir, run, unique
+from harness.cli import THREADS, ArgParser, Bound, UserError, input_path, output_dir, run, unique
 from harness.config import Lengths, StrictModel, load_yaml_model
 from harness.results import atomic_write_bytes, atomic_write_text
 from harness.scoring import wilson_interval
-from scratch.train import RunConfig
+from scratch.numerics import resolve_device
+from scratch.train import RunConfig, pack_key
+
+PACK = Bound(1, 64, "a pack's runs share one process and one GPU's memory")
 
 COLUMNS = [
     "task",
@@ -56,7 +65,12 @@ COLUMNS = [
     "device",
     "matmul_precision",
     "disjoint_test",
+    "device_name",
+    "runs_packed",
+    "steps_per_s",
+    "whole_space_test",
 ]
+# tokens_per_s, mfu, steps_per_s and wall_s are the process's: with runs_packed > 1, every packed run's together.
 
 
 class TaskGrid(StrictModel):
@@ -75,7 +89,8 @@ class SweepConfig(StrictModel):
     depths: Annotated[list[int], Field(min_length=1)] = [3]
     seeds: Annotated[list[int], Field(min_length=1)] = [0, 1, 2]
     train: dict = {}  # scratch.train.RunConfig fields shared by every cell: n_embd, steps, batch_size, lr, ...
-    workers: Annotated[int, THREADS.field] = 2  # single-thread processes: at most one per core
+    workers: Annotated[int, THREADS.field] = 2  # on the CPU: single-thread processes, at most one per core
+    pack: Annotated[int, PACK.field] = 1  # cells of one shape trained together in one process (1: one by one)
     device: str = "auto"  # every cell's: auto (CUDA when present), cpu, cuda, cuda:N
     launcher: Literal["local", "slurm"] = "local"
     slurm: dict = {}  # submitit parameters, e.g. {slurm_partition: gpu, timeout_min: 2880, gpus_per_node: 1}
@@ -141,16 +156,33 @@ def cell_id(c: RunConfig) -> str:
     return f"{c.op}{c.operands}-b{c.base}-n{c.length}-{width}-{c.precision}-d{c.depth}-s{c.seed}"
 
 
-def run_cell(run_config: RunConfig, out: str) -> list[dict]:
-    """One cell, in whatever process runs it: train (or resume), evaluate, return its rows."""
-    from scratch.train import run as train_run
+def packs(todo: list[RunConfig], size: int) -> list[list[RunConfig]]:
+    """Cells of one pack_key, in grid order, in packs of at most ``size``."""
+    groups: dict[tuple, list[RunConfig]] = {}
+    for cell in todo:
+        groups.setdefault(pack_key(cell), []).append(cell)
+    return [group[i : i + size] for group in groups.values() for i in range(0, len(group), size)]
 
-    directory = Path(out) / "cells" / cell_id(run_config)
-    directory.mkdir(parents=True, exist_ok=True)
+
+def run_cells(run_configs: list[RunConfig], out: str) -> list[list[dict]]:
+    """One pack, in whatever process runs it: train (or resume), evaluate, return each cell's rows."""
+    from scratch.train import run_pack
+
+    directories = [Path(out) / "cells" / cell_id(c) for c in run_configs]
     started = time.perf_counter()
-    with open(directory / "train.log", "a") as log_file:
-        summary = train_run(run_config, directory, log=lambda line: print(line, file=log_file, flush=True))
+    with ExitStack() as stack:
+        logs = []
+        for directory in directories:
+            directory.mkdir(parents=True, exist_ok=True)
+            log_file = stack.enter_context(open(directory / "train.log", "a"))
+            logs.append(lambda line, log_file=log_file: print(line, file=log_file, flush=True))
+        summaries = run_pack(run_configs, directories, logs)
     wall = time.perf_counter() - started
+    return [cell_rows(c, summary, wall) for c, summary in zip(run_configs, summaries, strict=True)]
+
+
+def cell_rows(run_config: RunConfig, summary: dict, wall: float) -> list[dict]:
+    """A cell's rows: its own precision's, then one per emulated format."""
     base_row = {
         "task": task_name(run_config),
         "operands": run_config.operands,
@@ -168,6 +200,10 @@ def run_cell(run_config: RunConfig, out: str) -> list[dict]:
         "device": summary["device"],
         "matmul_precision": summary["matmul_precision"],
         "disjoint_test": summary["disjoint_test"],
+        "device_name": summary["device_name"],
+        "runs_packed": summary["runs_packed"],
+        "steps_per_s": round(summary["steps_per_s"], 2),
+        "whole_space_test": summary["whole_space_test"],
     }
     rows = []
     for eval_format, correct in [("", summary["correct"]), *summary["formats"].items()]:
@@ -212,7 +248,21 @@ def write_rows(path: Path, rows: list[dict]) -> None:
     atomic_write_text(path, buffer.getvalue())
 
 
+def worker_devices(config: SweepConfig) -> list[str]:
+    """A worker per visible GPU (device auto or cuda), the one GPU named (cuda:N), or ``workers`` CPU workers."""
+    import torch
+
+    device = resolve_device(config.device)
+    if device.type == "cpu":
+        return ["cpu"] * config.workers
+    if config.device in ("auto", "cuda"):
+        return [f"cuda:{index}" for index in range(torch.cuda.device_count())]
+    return [str(device)]
+
+
 def execute(config: SweepConfig, todo: list[RunConfig], out: Path, on_rows) -> None:
+    """Run every pack of ``todo``; ``on_rows`` gets each finished cell's rows."""
+    work = packs(todo, config.pack)
     if config.launcher == "slurm":
         try:
             import submitit
@@ -220,16 +270,24 @@ def execute(config: SweepConfig, todo: list[RunConfig], out: Path, on_rows) -> N
             raise UserError("launcher: slurm needs submitit; run: pip install submitit") from None
         executor = submitit.AutoExecutor(folder=str(out / "slurm" / "%j"))
         executor.update_parameters(**{"name": "numprec-scratch", "cpus_per_task": 1, **config.slurm})
-        jobs = executor.map_array(run_cell, todo, [str(out)] * len(todo))
+        jobs = executor.map_array(run_cells, work, [str(out)] * len(work))
         for job in submitit.helpers.as_completed(jobs):
-            on_rows(job.result())
+            for rows in job.result():
+                on_rows(rows)
         return
-    with ProcessPoolExecutor(max_workers=config.workers, mp_context=get_context("spawn")) as pool:
-        pending = {pool.submit(run_cell, c, str(out)) for c in todo}
-        while pending:
-            done, pending = wait(pending, return_when=FIRST_COMPLETED)
+    free = worker_devices(config)
+    with ProcessPoolExecutor(max_workers=len(free), mp_context=get_context("spawn")) as pool:
+        running: dict = {}
+        while work or running:
+            while work and free:  # each worker's device takes one pack at a time
+                device = free.pop()
+                pack = [replace(cell, device=device) for cell in work.pop(0)]
+                running[pool.submit(run_cells, pack, str(out))] = device
+            done, _ = wait(running, return_when=FIRST_COMPLETED)
             for future in done:
-                on_rows(future.result())
+                free.append(running.pop(future))
+                for rows in future.result():
+                    on_rows(rows)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -248,9 +306,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     grid = cells(config)
     todo = [c for c in grid if cell_key(c) not in done]
     total = len(grid)
+    if config.launcher == "slurm":
+        where = "as tasks of a Slurm job array"
+    else:
+        devices = worker_devices(config)
+        where = f"on {len(devices)} worker(s) ({', '.join(sorted(set(devices)))})"
     print(
-        f"{total - len(todo)} of {total} cells done; running {len(todo)} with {config.workers} "
-        f"{config.launcher} workers",
+        f"{total - len(todo)} of {total} cells done; running {len(todo)} in {len(packs(todo, config.pack))} "
+        f"pack(s) of at most {config.pack} {where}",
         file=sys.stderr,
     )
     (args.out / "sweep_config.yaml").write_text(args.config.read_text())

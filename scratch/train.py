@@ -25,7 +25,8 @@ import math
 import os
 import platform
 import time
-from collections.abc import Sequence
+import warnings
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -85,6 +86,7 @@ class RunConfig:
     eval_formats: list[str] = field(default_factory=list)
     threads: int = 1
     device: str = "auto"  # auto (CUDA when present), cpu, cuda, cuda:N
+    compile: str = "auto"  # torch.compile the step (CUDA graphs on a GPU): auto (on CUDA), on, off
 
     def task(self) -> Arithmetic:
         return Arithmetic(self.op, self.base, self.length, self.operands, self.fixed_width)
@@ -106,6 +108,8 @@ class RunConfig:
             raise UserError(
                 f"warmup_steps {self.warmup_steps} exceeds steps {self.steps}: the schedule would never peak"
             )
+        if self.compile not in COMPILE_MODES:
+            raise UserError(f"compile {self.compile!r}: use one of {', '.join(COMPILE_MODES)}")
         if not isinstance(self.eval_formats, list) or not all(isinstance(f, str) for f in self.eval_formats):
             raise UserError(f"eval_formats must be a list of formats like [e8m7, e5m10], got {self.eval_formats!r}")
         try:
@@ -128,6 +132,7 @@ class RunConfig:
         return self
 
 
+COMPILE_MODES = ("auto", "on", "off")
 MAX_PARAMETERS = 1_000_000_000
 MAX_BATCH_TOKENS = 4_000_000  # the paper's step: 512 sequences of at most ~70 tokens, about 36,000
 MAX_TEST_TOKENS = 200_000_000  # 1.6 GB of int64 tokens; the paper's test set: 50,000 sequences
@@ -185,8 +190,8 @@ def cosine_with_warmup(step: int, warmup: int, total: int) -> float:
     return 0.5 * (1 + math.cos(math.pi * min(1.0, progress)))
 
 
-def sequence_loss(model: GPT, tokens: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    logits = model(tokens[:, :-1])
+def sequence_loss(logits: torch.Tensor, tokens: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Mean cross-entropy of the answer tokens; ``logits`` are the model's for tokens[:, :-1]."""
     targets = tokens[:, 1:].masked_fill(~mask[:, 1:], -100)
     return F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), targets.reshape(-1), ignore_index=-100)
 
@@ -223,100 +228,242 @@ def evaluate_formats(model: GPT, tokens, mask, formats: list[str]) -> dict[str, 
     return results
 
 
-def build(config: RunConfig, device: torch.device | str = "cpu") -> tuple[GPT, torch.optim.Optimizer]:
+def build_model(config: RunConfig, device: torch.device | str = "cpu") -> GPT:
     task = config.task()
     torch.manual_seed(config.seed)  # the weights are drawn on the CPU, then moved: the same start on every device
     model = GPT(GPTConfig(task.vocab_size, task.seq_len, config.depth, config.n_head, config.n_embd))
-    model.to(device=device, dtype=training_dtype(config.precision))
-    decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
-    no_decay = [p for n, p in model.named_parameters() if p.dim() < 2]
-    groups = [{"params": decay, "weight_decay": config.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
-    # Pure bf16: AdamW keeps its state in the parameters' dtype, so moments are bf16 too (the paper's setting).
-    optimizer = torch.optim.AdamW(groups, lr=config.lr, betas=(0.9, 0.999))
-    return model, optimizer
+    return model.to(device=device, dtype=training_dtype(config.precision))
 
 
-def run(config: RunConfig, out: Path | None = None, log=print) -> dict:
+def pack_key(config: RunConfig) -> tuple:
+    """Runs with equal keys can be trained as one pack: the same model shape, precision, schedule and device
+    (the seeds of a cell, or cells whose sequences have the same length and vocabulary)."""
+    task = config.task()
+    return (
+        task.vocab_size,
+        task.seq_len,
+        *(getattr(config, name) for name in RunConfig.__dataclass_fields__ if name not in PER_RUN),
+    )
+
+
+PER_RUN = {"op", "operands", "base", "length", "fixed_width", "seed", "test_size", "eval_formats"}
+
+
+class Pack:
+    """Several runs of one shape trained as one model: each parameter is stacked along a leading run dimension
+    (torch.func.stack_module_state) and the forward pass is vmapped over it, so one step's kernels serve every
+    run. Each run keeps its own initialisation, data and loss, and AdamW is elementwise, so a packed run follows
+    the same trajectory as the run made alone, up to the rounding of batched matrix products. A pack of one
+    calls the model directly (no vmap): the single-run path, unchanged."""
+
+    def __init__(self, configs: Sequence[RunConfig], device: torch.device):
+        self.configs, self.device = list(configs), device
+        self.models = [build_model(config, device) for config in configs]  # per-run views for evaluation
+        self.params, _ = torch.func.stack_module_state(self.models)
+        self.buffers = dict(self.models[0].named_buffers())  # RoPE tables: the same for every run
+        config = configs[0]
+        decay = [p for name, p in self.params.items() if p.dim() - 1 >= 2]
+        no_decay = [p for name, p in self.params.items() if p.dim() - 1 < 2]
+        groups = [{"params": decay, "weight_decay": config.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+        # Pure bf16: AdamW keeps its state in the parameters' dtype, so moments are bf16 too (the paper's setting).
+        # Fused (one kernel for all tensors) on CUDA; the CPU keeps the default for unchanged results.
+        self.optimizer = torch.optim.AdamW(groups, lr=config.lr, betas=(0.9, 0.999), fused=device.type == "cuda")
+        self.losses = self._losses
+        if compiles(config, device):
+            # CUDA graphs for the fixed-shape forward and backward: one launch instead of hundreds per step.
+            # The stacked weights keep their addresses (AdamW updates them in place), so graphs need not copy them.
+            for parameter in self.params.values():
+                torch._dynamo.mark_static_address(parameter)
+            self.losses = torch.compile(self._losses, mode="reduce-overhead" if device.type == "cuda" else "default")
+
+    def _one(self, params: dict, tokens: torch.Tensor) -> torch.Tensor:
+        return torch.func.functional_call(self.models[0], (params, self.buffers), (tokens,))
+
+    def _losses(self, tokens: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """Each run's loss (R,) on its batch: tokens and mask (R, B, T)."""
+        with autocast(self.configs[0].precision, self.device.type):
+            logits = self._logits(tokens[:, :, :-1])
+        return torch.stack([sequence_loss(logits[r], tokens[r], mask[r]) for r in range(len(self.configs))])
+
+    def _logits(self, inputs: torch.Tensor) -> torch.Tensor:
+        if len(self.configs) == 1:
+            return self._one({name: p[0] for name, p in self.params.items()}, inputs[0])[None]
+        with warnings.catch_warnings():  # CPU attention has no vmap rule and runs once per run (CUDA's has one)
+            warnings.filterwarnings("ignore", message=".*batching rule.*", category=UserWarning)
+            return torch.func.vmap(self._one)(self.params, inputs)
+
+    def step(self, tokens: torch.Tensor, mask: torch.Tensor, lr: float) -> torch.Tensor:
+        """One AdamW step for every run; returns the losses, on the device (no host synchronisation)."""
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        if self.losses is not self._losses and self.device.type == "cuda":
+            torch.compiler.cudagraph_mark_step_begin()
+        losses = self.losses(tokens, mask)
+        self.optimizer.zero_grad(set_to_none=True)
+        losses.sum().backward()  # run r's parameters only see run r's loss
+        self.optimizer.step()
+        return losses.detach().clone()  # a copy: a CUDA graph's outputs are overwritten by its next replay
+
+    @torch.no_grad()
+    def model(self, run: int) -> GPT:
+        """Run ``run``'s model with its current weights."""
+        for name, parameter in self.models[run].named_parameters():
+            parameter.copy_(self.params[name][run])
+        return self.models[run]
+
+    def optimizer_state(self, run: int) -> dict:
+        """Run ``run``'s AdamW state in the form a pack of one saves (checkpoints are per run)."""
+        state = self.optimizer.state_dict()
+        per_run = {
+            index: {key: value if key == "step" else value[run].clone() for key, value in entry.items()}
+            for index, entry in state["state"].items()
+        }
+        return {"state": per_run, "param_groups": state["param_groups"]}
+
+    def load(self, run: int, model_state: dict) -> None:
+        """Put a run's checkpointed weights into the pack."""
+        with torch.no_grad():
+            for name, value in model_state.items():
+                self.params[name][run].copy_(value)
+
+    def load_optimizer(self, states: list[dict]) -> None:
+        merged = {
+            index: {
+                key: entry if key == "step" else torch.stack([s["state"][index][key] for s in states])
+                for key, entry in states[0]["state"][index].items()
+            }
+            for index in states[0]["state"]
+        }
+        self.optimizer.load_state_dict({"state": merged, "param_groups": states[0]["param_groups"]})
+
+
+def compiles(config: RunConfig, device: torch.device) -> bool:
+    return config.compile == "on" or (config.compile == "auto" and device.type == "cuda")
+
+
+def run(config: RunConfig, out: Path | None = None, log: Callable[[str], object] = print) -> dict:
     """Train (or resume) one run; return its summary. ``out`` holds the checkpoint and the log."""
+    return run_pack([config], [out], [log])[0]
+
+
+def run_pack(
+    configs: Sequence[RunConfig], outs: Sequence[Path | None], logs: Sequence[Callable[[str], object]]
+) -> list[dict]:
+    """Train (or resume) runs of one pack_key together; return their summaries, in order. Each ``out`` holds
+    its run's checkpoint and summary (and ``logs`` has a log per run), so a run resumes alone or in any pack."""
+    if len({pack_key(config) for config in configs}) != 1:
+        raise ValueError("a pack needs runs of one shape, precision, schedule and device (pack_key)")
+    checkpoints = [out / "checkpoint.pt" if out else None for out in outs]
+    device = resolve_device(configs[0].device)
+    saved = [torch.load(c, weights_only=False, map_location=device) if c and c.exists() else None for c in checkpoints]
+    starts = [state["step"] if state else 0 for state in saved]
+    if len(set(starts)) > 1:  # interrupted while writing the pack's checkpoints: runs at one step train together
+        summaries: dict[int, dict] = {}
+        for start in sorted(set(starts)):
+            members = [i for i, s in enumerate(starts) if s == start]
+            done = run_pack([configs[i] for i in members], [outs[i] for i in members], [logs[i] for i in members])
+            summaries.update(zip(members, done, strict=True))
+        return [summaries[i] for i in range(len(configs))]
+    config = configs[0]
     if config.precision not in TRAIN_PRECISIONS:
         raise ValueError(f"unknown precision {config.precision!r}; known: {', '.join(TRAIN_PRECISIONS)}")
     torch.set_num_threads(config.threads)
-    device = resolve_device(config.device)
     matmul_precision = set_matmul_precision(config.precision, device)
-    task = config.task()
-    model, optimizer = build(config, device)
-    # Problems are drawn on the CPU (the same stream on every device) and moved.
-    problems = Problems(task, config.seed, config.test_size)
-    test_tokens, test_mask = (t.to(device) for t in problems.test_set())
-    step, history, train_seconds, tokens_seen = 0, [], 0.0, 0
-    checkpoint = out / "checkpoint.pt" if out else None
-    if checkpoint and checkpoint.exists():
-        saved = torch.load(checkpoint, weights_only=False, map_location=device)  # resumes on any device
-        model.load_state_dict(saved["model"])
-        optimizer.load_state_dict(saved["optimizer"])
-        problems.train_rng.set_state(saved["data_rng"].cpu())
-        step, history = saved["step"], saved["history"]
-        train_seconds, tokens_seen = saved["train_seconds"], saved["tokens_seen"]
-        log(f"resumed at step {step}")
+    pack = Pack(configs, device)
+    # Problems are drawn on the CPU (the same stream on every device); answers and tokens are made on the device.
+    problems = [Problems(c.task(), c.seed, c.test_size, device) for c in configs]
+    tests = [p.test_set() for p in problems]
+    step, histories = 0, [[] for _ in configs]
+    train_seconds, tokens_seen = 0.0, 0
+    session_seconds, data_seconds = 0.0, 0.0  # this process's, for the share of a step spent making data
+    if saved[0]:
+        for r, state in enumerate(saved):
+            pack.load(r, state["model"])
+            problems[r].train_rng.set_state(state["data_rng"].cpu())
+            histories[r] = state["history"]
+        pack.load_optimizer([state["optimizer"] for state in saved])
+        step = saved[0]["step"]
+        train_seconds, tokens_seen = saved[0]["train_seconds"], saved[0]["tokens_seen"]
+        for log in logs:
+            log(f"resumed at step {step}")
     gemm_dtype = torch.float32 if config.precision in ("fp32", "tf32") else torch.bfloat16
     gemm = measure_matmul_flops(gemm_dtype, device=device)
-    flops_per_token = model.flops_per_token(task.seq_len)
+    flops_per_token = pack.models[0].flops_per_token(configs[0].task().seq_len)
+    eval_batch = 500 if device.type == "cpu" else 8192
+    packed = f"  ({len(configs)} runs packed)" if len(configs) > 1 else ""
+    interval_started = time.perf_counter()
     while step < config.steps:
-        started = time.perf_counter()
-        for group in optimizer.param_groups:
-            group["lr"] = config.lr * cosine_with_warmup(step, config.warmup_steps, config.steps)
-        tokens, mask = (t.to(device) for t in problems.train_batch(config.batch_size))
-        with autocast(config.precision, device.type):
-            loss = sequence_loss(model, tokens, mask)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        optimizer.step()
+        lr = config.lr * cosine_with_warmup(step, config.warmup_steps, config.steps)
+        data_started = time.perf_counter()
+        batches = [p.train_batch(config.batch_size) for p in problems]
+        tokens, mask = torch.stack([b[0] for b in batches]), torch.stack([b[1] for b in batches])
+        data_seconds += time.perf_counter() - data_started
+        losses = pack.step(tokens, mask, lr)
         step += 1
-        train_seconds += time.perf_counter() - started
         tokens_seen += tokens.numel()
         if step % config.eval_every == 0 or step == config.steps:
-            accuracy = exact_match(model, test_tokens, test_mask, config.precision) / len(test_tokens)
+            losses = losses.tolist()  # the host waits for the GPU here, so the interval's time is real
+            elapsed = time.perf_counter() - interval_started
+            train_seconds += elapsed
+            session_seconds += elapsed
             tokens_per_s = tokens_seen / train_seconds
-            history.append({"step": step, "loss": loss.item(), "accuracy": accuracy, "tokens_per_s": tokens_per_s})
-            log(
-                f"step {step:>6}  loss {loss.item():.4f}  test accuracy {accuracy:.4f}  {tokens_per_s:,.0f} tok/s  "
-                f"MFU {tokens_per_s * flops_per_token / gemm:.1%}"
-            )
-            if checkpoint:
-                state = {
-                    "model": model.state_dict(),
-                    "optimizer": optimizer.state_dict(),
-                    "step": step,
-                    "history": history,
-                    "data_rng": problems.train_rng.get_state(),
-                    "config": asdict(config),
-                    "train_seconds": train_seconds,
-                    "tokens_seen": tokens_seen,
-                }
-                torch.save(state, checkpoint.with_suffix(".tmp"))
-                os.replace(checkpoint.with_suffix(".tmp"), checkpoint)
-    correct = exact_match(model, test_tokens, test_mask, config.precision)
+            for r, (run_config, out) in enumerate(zip(configs, outs, strict=True)):
+                model = pack.model(r)
+                accuracy = exact_match(model, *tests[r], config.precision, eval_batch) / len(tests[r][0])
+                histories[r].append(
+                    {"step": step, "loss": losses[r], "accuracy": accuracy, "tokens_per_s": tokens_per_s}
+                )
+                logs[r](
+                    f"step {step:>6}  loss {losses[r]:.4f}  test accuracy {accuracy:.4f}  {tokens_per_s:,.0f} tok/s  "
+                    f"MFU {tokens_per_s * flops_per_token / gemm:.1%}{packed}"
+                )
+                if out:
+                    state = {
+                        "model": model.state_dict(),
+                        "optimizer": pack.optimizer_state(r),
+                        "step": step,
+                        "history": histories[r],
+                        "data_rng": problems[r].train_rng.get_state(),
+                        "config": asdict(run_config),
+                        "train_seconds": train_seconds,
+                        "tokens_seen": tokens_seen,
+                    }
+                    torch.save(state, checkpoints[r].with_suffix(".tmp"))
+                    os.replace(checkpoints[r].with_suffix(".tmp"), checkpoints[r])
+            interval_started = time.perf_counter()
     tokens_per_s = tokens_seen / train_seconds if train_seconds else 0.0
-    summary = {
-        "config": asdict(config),
-        "steps": step,
-        "n_test": len(test_tokens),
-        "correct": correct,
-        "accuracy": correct / len(test_tokens),
-        "disjoint_test": problems.disjoint,
-        "device": str(device),
-        "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or "cpu",
-        "matmul_precision": matmul_precision,
-        "tokens_per_s": tokens_per_s,
-        "mfu": tokens_per_s * flops_per_token / gemm,
-        "gemm_flops": gemm,
-        "train_seconds": train_seconds,
-        "history": history,
-        "formats": evaluate_formats(model, test_tokens, test_mask, config.eval_formats),
-    }
-    if out:
-        (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
-    return summary
+    device_name = torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or "cpu"
+    summaries = []
+    for r, (run_config, out) in enumerate(zip(configs, outs, strict=True)):
+        model, (test_tokens, test_mask) = pack.model(r), tests[r]
+        correct = exact_match(model, test_tokens, test_mask, config.precision, eval_batch)
+        summary = {
+            "config": asdict(run_config),
+            "steps": step,
+            "n_test": len(test_tokens),
+            "correct": correct,
+            "accuracy": correct / len(test_tokens),
+            "disjoint_test": problems[r].disjoint,
+            "whole_space_test": problems[r].whole_space,
+            "device": str(device),
+            "device_name": device_name,
+            "matmul_precision": matmul_precision,
+            "compiled": compiles(config, device),
+            "runs_packed": len(configs),
+            # Throughput is the process's: every packed run's tokens in the pack's time.
+            "tokens_per_s": tokens_per_s,
+            "steps_per_s": step / train_seconds if train_seconds else 0.0,
+            "mfu": tokens_per_s * flops_per_token / gemm,
+            "gemm_flops": gemm,
+            "data_host_share": data_seconds / session_seconds if session_seconds else 0.0,
+            "train_seconds": train_seconds,
+            "history": histories[r],
+            "formats": evaluate_formats(model, test_tokens, test_mask, run_config.eval_formats),
+        }
+        if out:
+            (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+        summaries.append(summary)
+    return summaries
 
 
 def main(argv: Sequence[str] | None = None) -> int:

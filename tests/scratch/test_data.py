@@ -21,6 +21,8 @@ def as_int(digits_lsb_first, base):
         Arithmetic("mul", 10, 5),
         Arithmetic("add", 10, 4, 3, fixed_width=True),
         Arithmetic("mul", 2, 6, fixed_width=True),
+        Arithmetic("mul", 36, 20),  # carries too large for the table scan: the column-by-column loop
+        Arithmetic("add", 7, 9, 5),
     ],
 )
 def test_sequences_match_python_integers(task):
@@ -65,6 +67,18 @@ def test_training_batches_never_contain_test_problems():
 def test_small_spaces_are_not_forced_apart():
     problems = Problems(Arithmetic("add", 2, 2, 2), seed=0, test_size=500)  # only 16 problems exist
     assert not problems.disjoint
+
+
+def test_test_sets_hold_different_problems():
+    task = Arithmetic("add", 2, 2, 2)  # 16 problems: the test set is all of them, once each
+    whole = Problems(task, seed=0, test_size=500)
+    rows = [decode(task, row) for row in whole.test_set()[0]]
+    assert whole.whole_space and len(rows) == len(set(rows)) == 16
+    task = Arithmetic("add", 2, 3, 3)  # 512 problems, 300 drawn: repeats are redrawn
+    most = Problems(task, seed=0, test_size=300)
+    rows = [decode(task, row) for row in most.test_set()[0]]
+    assert len(rows) == len(set(rows)) == 300 and not most.whole_space and not most.disjoint
+    assert Problems(task, seed=0, test_size=300).test_digits.equal(most.test_digits), "seeded"
 
 
 def test_batches_are_seeded():

@@ -10,11 +10,12 @@ TINY = """
 tasks:
   - {op: add, operands: 2, base: 2, lengths: [2, 3], fixed_width: true}
 precisions: [fp32, bf16]
-seeds: [0]
+seeds: [0, 1]
 depths: [1]
 train: {n_embd: 32, steps: 20, batch_size: 16, warmup_steps: 2, test_size: 64, eval_every: 10,
         eval_formats: [e8m7, e4m3]}
 workers: 2
+pack: 2
 """
 
 
@@ -27,10 +28,13 @@ def test_sweep_writes_rows_and_plots_and_resumes(tmp_path):
     with open(out / "results.csv", newline="") as handle:
         rows = list(csv.DictReader(handle))
     native = [r for r in rows if r["eval_format"] == ""]
-    assert len(native) == 4 and len(rows) == 12, "2 lengths x 2 precisions, each with 2 emulated formats"
+    assert len(native) == 8 and len(rows) == 24, "2 lengths x 2 precisions x 2 seeds, each with 2 emulated formats"
     assert {r["precision"] for r in native} == {"fp32", "bf16"}
+    assert "running 8 in 4 pack(s) of at most 2 on 2 worker(s) (cpu)" in result.stderr
     for row in rows:
-        assert row["task"] == "add" and row["steps"] == "20" and row["n"] == "64"
+        assert row["task"] == "add" and row["steps"] == "20" and row["runs_packed"] == "2"
+        # 2-digit base-2 addition has 16 problems, 3-digit 64; 64 asked for: the test set is all of them, once each
+        assert row["n"] == str(4 ** int(row["length"])) and row["whole_space_test"] == "True"
         assert float(row["ci_low"]) <= float(row["accuracy"]) <= float(row["ci_high"])
         assert float(row["tokens_per_s"]) > 0
     for name in ("accuracy_vs_length.png", "phase_diagram.png"):
@@ -38,7 +42,7 @@ def test_sweep_writes_rows_and_plots_and_resumes(tmp_path):
     assert "Training throughput" in (out / "summary.md").read_text()
 
     again = run_module("scratch.sweep", "--config", str(config), "--out", str(out))
-    assert again.returncode == 0 and "4 of 4 cells done" in again.stderr
+    assert again.returncode == 0 and "8 of 8 cells done" in again.stderr
 
 
 def test_the_cluster_launcher_runs_cells_as_a_submitit_job_array(tmp_path):

@@ -1,11 +1,14 @@
 """Real training runs of the paper's architecture, small enough for the test budget."""
 
+import shutil
+from dataclasses import replace
+
 import pytest
 import torch
 
 from scratch.model import GPT, GPTConfig
 from scratch.numerics import FloatFormat, Rounding
-from scratch.train import RunConfig, run
+from scratch.train import Pack, RunConfig, run, run_pack
 
 LEARNS = RunConfig(
     op="add",
@@ -79,14 +82,77 @@ def test_pure_bf16_keeps_everything_in_bf16(tmp_path):
         test_size=20,
         warmup_steps=1,
     )
-    from scratch.train import build
-
-    model, optimizer = build(config)
-    assert {p.dtype for p in model.parameters()} == {torch.bfloat16}
+    pack = Pack([config], torch.device("cpu"))
+    assert {p.dtype for p in pack.params.values()} == {torch.bfloat16}
     run(config, tmp_path, log=lambda line: None)
     state = torch.load(tmp_path / "checkpoint.pt", weights_only=False)
     moments = [s["exp_avg"] for s in state["optimizer"]["state"].values()]
     assert moments and {m.dtype for m in moments} == {torch.bfloat16}, "AdamW state is bf16 too"
+
+
+SMALL = RunConfig(
+    op="add",
+    operands=2,
+    base=10,
+    length=3,
+    n_embd=32,
+    depth=2,
+    steps=30,
+    batch_size=32,
+    eval_every=15,
+    test_size=200,
+    warmup_steps=3,
+)
+
+
+def quiet(line: str) -> None:
+    pass
+
+
+def losses(summary: dict) -> list[float]:
+    return [entry["loss"] for entry in summary["history"]]
+
+
+@pytest.mark.parametrize("precision, tolerance", [("fp32", 1e-5), ("bf16", 1e-3), ("bf16-amp", 1e-3)])
+def test_packed_runs_follow_the_runs_made_one_by_one(precision, tolerance):
+    """Three seeds trained as one stacked model take the steps each takes alone: the same losses up to the
+    rounding of batched matrix products (measured here: fp32 within 1e-7 relative, bf16 within 1e-4)."""
+    runs = [replace(SMALL, precision=precision, seed=seed) for seed in range(3)]
+    packed = run_pack(runs, [None] * 3, [quiet] * 3)
+    for config, together in zip(runs, packed, strict=True):
+        alone = run(config, None, log=quiet)
+        assert (together["runs_packed"], alone["runs_packed"]) == (3, 1)
+        assert together["n_test"] == alone["n_test"] == 200
+        assert losses(together) == pytest.approx(losses(alone), rel=tolerance)
+        assert abs(together["correct"] - alone["correct"]) <= 2
+    assert len({tuple(losses(summary)) for summary in packed}) == 3, "each run has its own weights and data"
+
+
+def test_runs_resume_alone_or_in_a_pack_from_per_run_checkpoints(tmp_path):
+    first, second = (replace(SMALL, seed=seed, steps=20, eval_every=10) for seed in (0, 1))
+    outs = [tmp_path / "a", tmp_path / "b"]
+    for out in outs:
+        out.mkdir()
+    run_pack([first], outs[:1], [quiet])  # a at step 20, b not started
+    lines: list[list[str]] = [[], []]
+    resumed = run_pack([replace(first, steps=30), replace(second, steps=30)], outs, [lines[0].append, lines[1].append])
+    assert lines[0][0] == "resumed at step 20" and not any("resumed" in line for line in lines[1])
+    assert [[h["step"] for h in s["history"]] for s in resumed] == [[10, 20, 30], [10, 20, 30]]
+    assert resumed[1]["runs_packed"] == 1, "runs at different steps train apart"
+    lines = [[], []]
+    again = run_pack([replace(first, steps=40), replace(second, steps=40)], outs, [lines[0].append, lines[1].append])
+    assert [log[0] for log in lines] == ["resumed at step 30", "resumed at step 30"]
+    assert again[0]["runs_packed"] == 2 and [h["step"] for h in again[1]["history"]][-1] == 40
+
+
+@pytest.mark.skipif(not shutil.which("cc"), reason="torch.compile on the CPU needs a C compiler")
+def test_the_compiled_step_takes_the_eager_steps():
+    runs = [replace(SMALL, seed=seed) for seed in range(2)]
+    eager = run_pack(runs, [None] * 2, [quiet] * 2)
+    compiled = run_pack([replace(c, compile="on") for c in runs], [None] * 2, [quiet] * 2)
+    assert compiled[0]["compiled"] and not eager[0]["compiled"]
+    for a, b in zip(compiled, eager, strict=True):
+        assert losses(a) == pytest.approx(losses(b), rel=1e-5)
 
 
 def test_rounding_hook_reaches_every_layer():
@@ -126,3 +192,14 @@ def test_on_cuda_fp32_is_float32_and_tf32_is_its_own_precision(tmp_path):
     tf32 = run(RunConfig(**base, precision="tf32"), tmp_path / "tf32", log=lambda line: None)
     assert fp32["matmul_precision"] == "ieee fp32 (tf32 off)" and tf32["matmul_precision"] == "tf32"
     assert fp32["device"].startswith("cuda") and fp32["n_test"] == tf32["n_test"] == 200
+
+
+@pytest.mark.gpu
+def test_on_cuda_a_compiled_pack_follows_the_eager_runs(tmp_path):
+    """On a GPU: CUDA graphs (compile auto) and packing change the losses only by reduction order."""
+    runs = [replace(SMALL, seed=seed, device="cuda", batch_size=256) for seed in range(3)]
+    compiled = run_pack(runs, [None] * 3, [quiet] * 3)
+    assert compiled[0]["compiled"] and compiled[0]["runs_packed"] == 3
+    for config, together in zip(runs, compiled, strict=True):
+        alone = run(replace(config, compile="off"), None, log=quiet)
+        assert losses(together) == pytest.approx(losses(alone), rel=1e-3)
