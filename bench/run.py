@@ -10,7 +10,9 @@ Writes DIR/results.json and DIR/results.md. Shared machines are noisy: every fig
            transformers backend, lm-evaluation-harness's HF backend (generate_until, same strings, same
            budget), and llama.cpp (numprec's llamacpp backend on the shipped Q4_1 GGUF); numprec as a
            fraction of the FLOP-bound rate implied by the measured fp32 matrix-multiply speed.
-2. train   scratch training tokens/s and MFU against a GEMM rate measured in the same dtype and run.
+2. train   scratch's training step at the paper's shapes, alone and packed, per precision: steps/s, MFU against
+           the matmul rate measured in the same run, data generation's share, projected hours of the paper grid
+           (bench/train.py; ``--device cuda`` for a GPU).
 3. data    problems/s of the harness and scratch generators against a per-sample Python loop.
 4. memory  peak RSS of an evaluation process per precision.
 5. loop    the decode loop's own overhead: a tiny random Llama (the default model's tokenizer; compute is
@@ -20,6 +22,7 @@ Writes DIR/results.json and DIR/results.md. Shared machines are noisy: every fig
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import json
 import os
@@ -33,6 +36,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import harness  # noqa: F401  (thread settings before torch loads)
+from bench.train import bench_train, train_markdown
 from harness.cli import BATCH_SIZE, REPEATS, THREADS, ArgParser, Bound, UserError, name_list, output_dir, run
 from harness.config import build_spec, load_config
 from harness.problems import generate
@@ -44,6 +48,17 @@ MEMORY_PRECISIONS = ("fp32", "bf16", "int8", "nf4", "gguf-q8_0", "gguf-q4_1", "g
 
 def log(message: str) -> None:
     print(f"[bench {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+def device_name(text: str) -> str:
+    """--device: cpu, cuda or cuda:N, which must be on this machine."""
+    from scratch.numerics import resolve_device
+
+    try:
+        resolve_device(text)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+    return text
 
 
 def median(values: list[float]) -> float:
@@ -202,56 +217,6 @@ def flops_of_work(problems: list[dict], outputs: list[str], tokenizer, batch_siz
 
 
 # ---------------------------------------------------------------- 2. training throughput
-
-
-def bench_train(repeats: int, threads: int, steps: int = 8) -> list[dict]:
-    """scratch's training step (the paper's model shape, d 64 and 256), timed after warm-up steps."""
-    import torch
-
-    from scratch.data import Problems
-    from scratch.numerics import autocast
-    from scratch.train import RunConfig, build, measure_matmul_flops, sequence_loss
-
-    torch.set_num_threads(threads)
-    rows = []
-    for n_embd in (64, 256):
-        for precision in ("fp32", "bf16"):
-            config = RunConfig(op="add", operands=3, base=2, length=12, precision=precision, n_embd=n_embd)
-            task = config.task()
-            model, optimizer = build(config)
-            problems = Problems(task, 0, 16)
-            flops_per_token = model.flops_per_token(task.seq_len)
-            dtype = torch.float32 if precision == "fp32" else torch.bfloat16
-            rates, gemms = [], []
-            for _ in range(repeats):
-                gemms.append(measure_matmul_flops(dtype, size=1024, seconds=1.0))
-                times, tokens = [], 0
-                for step in range(steps + 2):
-                    batch, mask = problems.train_batch(config.batch_size)
-                    started = time.perf_counter()
-                    with autocast(precision):
-                        loss = sequence_loss(model, batch, mask)
-                    optimizer.zero_grad(set_to_none=True)
-                    loss.backward()
-                    optimizer.step()
-                    if step >= 2:  # the first steps allocate and warm caches
-                        times.append(time.perf_counter() - started)
-                        tokens = batch.numel()
-                rates.append(tokens / median(times))
-            tokens_per_s, gemm = median(rates), median(gemms)
-            rows.append(
-                {
-                    "n_embd": n_embd,
-                    "precision": precision,
-                    "batch_tokens": config.batch_size * task.seq_len,
-                    "tokens_per_s": tokens_per_s,
-                    "model_flops_per_s": tokens_per_s * flops_per_token,
-                    "gemm_flops": gemm,
-                    "mfu": tokens_per_s * flops_per_token / gemm,
-                }
-            )
-            log(f"train d{n_embd} {precision}: {tokens_per_s:,.0f} tok/s, MFU {rows[-1]['mfu']:.1%}")
-    return rows
 
 
 # ---------------------------------------------------------------- 3. data generation
@@ -488,18 +453,7 @@ def markdown(results: dict) -> str:
             "",
         ]
     if "train" in results:
-        lines += [
-            "## scratch training throughput (paper model: depth 3, 4 heads, batch 512; 3-operand base-2 addition)",
-            "",
-            "| hidden | precision | tokens/s | model GFLOP/s | GEMM GFLOP/s (same dtype, same run) | MFU |",
-            "|---:|---|---:|---:|---:|---:|",
-        ]
-        for r in results["train"]:
-            lines.append(
-                f"| {r['n_embd']} | {r['precision']} | {r['tokens_per_s']:,.0f} | {r['model_flops_per_s'] / 1e9:.1f} | "
-                f"{r['gemm_flops'] / 1e9:.1f} | {r['mfu']:.1%} |"
-            )
-        lines.append("")
+        lines += train_markdown(results["train"])
     if "data" in results:
         lines += [
             "## Data generation (problems/s)",
@@ -554,6 +508,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--batch-size", type=BATCH_SIZE.arg, default=256, help="rows per batch, the same for all (default 256)"
     )
+    parser.add_argument(
+        "--device", type=device_name, default="cpu", help="train section: cpu, cuda or cuda:N (default cpu)"
+    )
     args = parser.parse_args(argv)
     sections = args.only or list(SECTIONS)
     unknown = set(sections) - set(SECTIONS)
@@ -577,7 +534,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             if section == "eval":
                 results["eval"] = bench_eval(args.problems, args.repeats, args.threads, args.batch_size, work)
             elif section == "train":
-                results["train"] = bench_train(args.repeats, args.threads)
+                results["train"] = bench_train(args.repeats, args.threads, args.device)
             elif section == "data":
                 results["data"] = bench_data(args.repeats)
             elif section == "memory":

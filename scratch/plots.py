@@ -18,6 +18,9 @@ def frame(rows: list[dict]) -> pd.DataFrame:
     for column in ("accuracy", "ci_low", "ci_high", "tokens_per_s", "mfu", "wall_s"):
         df[column] = df[column].astype(float)
     df["eval_format"] = df["eval_format"].fillna("").astype(str)
+    for column, default in [("steps_per_s", float("nan")), ("runs_packed", 1)]:  # older rows leave them empty
+        if column in df:
+            df[column] = pd.to_numeric(df[column], errors="coerce").fillna(default)
     return df
 
 
@@ -113,6 +116,12 @@ def phase_figure(rows: list[dict]) -> bytes:
     return _png(fig)
 
 
+def _lengths_where(panel: pd.DataFrame, column: str, value: str = "True") -> list[int]:
+    if column not in panel:
+        return []
+    return sorted({int(n) for n, flag in zip(panel["length"], panel[column], strict=True) if str(flag) == value})
+
+
 def summary_markdown(rows: list[dict]) -> str:
     df = frame(rows)
     lines = ["# From-scratch precision sweep", ""]
@@ -125,13 +134,14 @@ def summary_markdown(rows: list[dict]) -> str:
         precisions = list(dict.fromkeys(panel["precision"]))
         lines.append("| n | " + " | ".join(precisions) + " |")
         lines.append("|---:|" + "---:|" * len(precisions))
-        shared = sorted(
-            {
-                int(n)
-                for n, disjoint in zip(panel["length"], panel.get("disjoint_test", []), strict=False)
-                if str(disjoint) == "False"
-            }
-        )
+        whole = _lengths_where(panel, "whole_space_test")
+        shared = [n for n in _lengths_where(panel, "disjoint_test", "False") if n not in whole]
+        if whole:
+            lines += [
+                f"Lengths {', '.join(map(str, whole))}: the test set is the whole problem space, each problem once "
+                "(n is its size): the accuracy is exact, and every test problem is also a training problem.",
+                "",
+            ]
         if shared:
             lines += [
                 f"Lengths {', '.join(map(str, shared))}: the problem space is too small for a test set disjoint from "
@@ -162,12 +172,19 @@ def summary_markdown(rows: list[dict]) -> str:
         order = sorted(table.index, key=lambda name: (-int(name.split("m")[1]), -int(name[1:].split("m")[0])))
         lines += [f"| {name} | " + " | ".join(f"{table.loc[name, n]:.3f}" for n in lengths) + " |" for name in order]
         lines.append("")
-    speed = native.groupby("precision")[["tokens_per_s", "mfu"]].median()
+    for column, default in [("device", "cpu"), ("runs_packed", 1), ("steps_per_s", float("nan"))]:
+        if column not in native:  # rows written before these columns existed
+            native = native.assign(**{column: default})
+    speed = native.groupby(["precision", "device", "runs_packed"])[["tokens_per_s", "steps_per_s", "mfu"]].median()
     lines += [
-        "## Training throughput (median over cells, one thread each)",
+        "## Training throughput (median over cells; a process's packed runs counted together)",
         "",
-        "| precision | tokens/s | MFU |",
-        "|---|---:|---:|",
+        "| precision | device | runs packed | tokens/s | steps/s | MFU |",
+        "|---|---|---:|---:|---:|---:|",
     ]
-    lines += [f"| {p} | {r['tokens_per_s']:,.0f} | {r['mfu']:.1%} |" for p, r in speed.iterrows()]
+    lines += [
+        f"| {p} | {d} | {r_:.0f} | {r['tokens_per_s']:,.0f} | "
+        f"{'' if pd.isna(r['steps_per_s']) else format(r['steps_per_s'], '.2f')} | {r['mfu']:.1%} |"
+        for (p, d, r_), r in speed.iterrows()
+    ]
     return "\n".join(lines + [""])

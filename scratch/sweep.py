@@ -294,8 +294,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = ArgParser(prog="python -m scratch.sweep", description=__doc__.split("\n\n")[0])
     parser.add_argument("--config", type=input_path, required=True)
     parser.add_argument("--out", type=output_dir, required=True)
+    parser.add_argument(
+        "--launcher", choices=("local", "slurm"), help="overrides the config's launcher: (local: this machine)"
+    )
     args = parser.parse_args(argv)
     config = load_sweep(args.config)
+    if args.launcher:
+        config = config.model_copy(update={"launcher": args.launcher})
     try:
         args.out.mkdir(parents=True, exist_ok=True)
     except OSError as err:

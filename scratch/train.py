@@ -268,10 +268,12 @@ class Pack:
         # Pure bf16: AdamW keeps its state in the parameters' dtype, so moments are bf16 too (the paper's setting).
         # Fused (one kernel for all tensors) on CUDA; the CPU keeps the default for unchanged results.
         self.optimizer = torch.optim.AdamW(groups, lr=config.lr, betas=(0.9, 0.999), fused=device.type == "cuda")
-        self.losses = self._losses
+        self.losses, self.compiled, self.compile_error, self.steps_taken = self._losses, False, None, 0
         if compiles(config, device):
+            self.compiled = True
             # CUDA graphs for the fixed-shape forward and backward: one launch instead of hundreds per step.
             # The stacked weights keep their addresses (AdamW updates them in place), so graphs need not copy them.
+            torch._dynamo.reset()  # a process trains pack after pack: start each with no stale graphs to count
             for parameter in self.params.values():
                 torch._dynamo.mark_static_address(parameter)
             self.losses = torch.compile(self._losses, mode="reduce-overhead" if device.type == "cuda" else "default")
@@ -296,12 +298,23 @@ class Pack:
         """One AdamW step for every run; returns the losses, on the device (no host synchronisation)."""
         for group in self.optimizer.param_groups:
             group["lr"] = lr
-        if self.losses is not self._losses and self.device.type == "cuda":
-            torch.compiler.cudagraph_mark_step_begin()
-        losses = self.losses(tokens, mask)
         self.optimizer.zero_grad(set_to_none=True)
-        losses.sum().backward()  # run r's parameters only see run r's loss
+        if self.compiled and self.device.type == "cuda":
+            torch.compiler.cudagraph_mark_step_begin()
+        try:
+            losses = self.losses(tokens, mask)
+            losses.sum().backward()  # run r's parameters only see run r's loss
+        except Exception as err:  # noqa: BLE001 (a compiler failure must not end a run that eager mode can make)
+            if not self.compiled or self.compile_error is not None or self.steps_taken:
+                raise
+            self.compile_error = f"{type(err).__name__}: {str(err).strip().splitlines()[0] if str(err).strip() else ''}"
+            warnings.warn(f"torch.compile failed ({self.compile_error}); training eagerly", stacklevel=2)
+            self.losses, self.compiled = self._losses, False
+            self.optimizer.zero_grad(set_to_none=True)
+            losses = self.losses(tokens, mask)
+            losses.sum().backward()
         self.optimizer.step()
+        self.steps_taken += 1
         return losses.detach().clone()  # a copy: a CUDA graph's outputs are overwritten by its next replay
 
     @torch.no_grad()
@@ -448,7 +461,8 @@ def run_pack(
             "device": str(device),
             "device_name": device_name,
             "matmul_precision": matmul_precision,
-            "compiled": compiles(config, device),
+            "compiled": pack.compiled,
+            "compile_error": pack.compile_error,
             "runs_packed": len(configs),
             # Throughput is the process's: every packed run's tokens in the pack's time.
             "tokens_per_s": tokens_per_s,

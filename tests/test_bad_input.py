@@ -301,6 +301,7 @@ SCRATCH_TRAIN = [
     ("device-unknown", [*OK_SCRATCH, "--device", "gpu"], "unknown device 'gpu'"),
     pytest.param("device-cuda", [*OK_SCRATCH, "--device", "cuda"], "needs a CUDA GPU", marks=without_cuda),
     pytest.param("tf32-on-cpu", [*OK_SCRATCH, "--precision", "tf32"], "tf32 is a CUDA matmul mode", marks=without_cuda),
+    ("compile-typo", [*OK_SCRATCH, "--compile", "yes"], "compile 'yes': use one of auto, on, off"),
 ]
 
 
@@ -338,6 +339,9 @@ SCRATCH_SWEEP = [
     pytest.param(*sweep("device-cuda", OK_SWEEP + "device: cuda\n", "needs a CUDA GPU"), marks=without_cuda),
     sweep("device-in-train", OK_SWEEP.replace("steps: 10,", "steps: 10, device: cpu,"), "unknown setting"),
     sweep("launcher-typo", OK_SWEEP + "launcher: slurmm\n", "launcher"),
+    sweep("pack-0", OK_SWEEP + "pack: 0\n", "pack: must be at least 1"),
+    sweep("pack-huge", OK_SWEEP + "pack: 1000\n", "one GPU's memory"),
+    sweep("compile-typo", OK_SWEEP.replace("steps: 10,", "steps: 10, compile: maybe,"), "compile 'maybe'"),
     ("config-missing", ["--config", "gone.yaml", "--out", "sw"], "does not exist"),
     ("out-a-file", ["--config", "{config}", "--out", "a_file"], "is a file", config(OK_SWEEP)),
 ]
@@ -371,6 +375,8 @@ BENCH = [
     ("out-a-file", ["--out", "a_file"], "is a file"),
     ("out-missing", ["--problems", "5"], "required: --out"),
     ("abbreviated", ["--out", "b", "--prob", "5"], "--prob is not a flag; write it in full"),
+    ("device-unknown", ["--out", "b", "--device", "gpu"], "unknown device 'gpu'"),
+    pytest.param("device-cuda", ["--out", "b", "--device", "cuda"], "needs a CUDA GPU", marks=without_cuda),
 ]
 
 MATRIX = {

@@ -155,6 +155,16 @@ def test_the_compiled_step_takes_the_eager_steps():
         assert losses(a) == pytest.approx(losses(b), rel=1e-5)
 
 
+def test_a_compiler_failure_falls_back_to_eager_training_and_is_recorded(monkeypatch):
+    import torch._inductor.config
+
+    monkeypatch.setattr(torch._inductor.config.cpp, "cxx", ("/nonexistent/c++",))
+    with pytest.warns(UserWarning, match="torch.compile failed .*; training eagerly"):
+        summary = run(replace(SMALL, compile="on"), None, log=quiet)
+    assert not summary["compiled"] and "C++ compiler" in summary["compile_error"]
+    assert losses(summary) == losses(run(SMALL, None, log=quiet)), "the eager steps, from the first"
+
+
 def test_rounding_hook_reaches_every_layer():
     model = GPT(GPTConfig(vocab_size=12, block_size=16, n_layer=2, n_head=2, n_embd=32))
     tokens = torch.randint(0, 12, (2, 16))

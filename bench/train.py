@@ -1,0 +1,199 @@
+"""The train section of bench.run: scratch's real training step (scratch.train.Pack) at the paper's shapes.
+
+    python -m bench.run --only train --device cuda --out reports/bench-gpu
+
+For each training precision, depth 3 and 5, and the grid's longest sequence of each kind of task
+(scratch/configs/paper.yaml), one run alone and a pack of the three seeds: steps/s, tokens/s, MFU against the
+matrix-multiply rate measured in the same run and dtype (a pack's runs counted together), and the share of a
+step the host spends making the batch. From those, the projected device-hours of the paper grid: a step's time
+fitted as linear in its tokens per (precision, depth, pack), summed over the grid's cells (training steps only;
+evaluation every 5,000 steps is not counted).
+
+On a GPU the shapes are the paper's (batch 512, compile and CUDA graphs as scratch.train uses them on CUDA). On
+a CPU the section still runs, at batch 4 and depth 3 only, so that it ends in minutes; its projection is then
+the CPU's, extrapolated far from what it measured.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+from pathlib import Path
+
+PAPER_GRID = Path(__file__).resolve().parent.parent / "scratch" / "configs" / "paper.yaml"
+SHAPES = {  # the longest sequence of each kind of task in the paper grid
+    "iter_add of 3, base 2, n=11": {"op": "add", "operands": 3, "base": 2, "length": 11},
+    "mul, base 2, n=14": {"op": "mul", "base": 2, "length": 14},
+    "add, base 10, n=64": {"op": "add", "base": 10, "length": 64},
+}
+PACKED = 3  # the seeds of a cell
+
+
+def bench_train(repeats: int, threads: int, device_name: str, steps: int = 20) -> dict:
+    import torch
+
+    from scratch.numerics import resolve_device, set_matmul_precision
+    from scratch.sweep import load_sweep
+    from scratch.train import RunConfig, measure_matmul_flops
+
+    device = resolve_device(device_name)
+    torch.set_num_threads(threads)
+    on_gpu = device.type == "cuda"
+    batch, depths = (512, (3, 5)) if on_gpu else (4, (3,))
+    steps, warm_up = (steps, 3) if on_gpu else (2, 1)
+    precisions = ("fp32", "tf32", "bf16", "bf16-amp") if on_gpu else ("fp32", "bf16", "bf16-amp")
+    gemm = {}
+    for precision in ("fp32", "tf32", "bf16"):
+        if precision in precisions:
+            set_matmul_precision(precision, device)
+            dtype = torch.bfloat16 if precision == "bf16" else torch.float32
+            gemm[precision] = max(measure_matmul_flops(dtype, device=device) for _ in range(repeats))
+            log(f"train: {precision} matmul {gemm[precision] / 1e12:.2f} TFLOP/s")
+    rows = []
+    for precision in precisions:
+        matmul = set_matmul_precision(precision, device)
+        rate = gemm["bf16" if precision.startswith("bf16") else precision]
+        for depth in depths:
+            for shape, task in SHAPES.items():
+                for runs in (1, PACKED):
+                    config = RunConfig(**task, precision=precision, depth=depth, batch_size=batch, device=str(device))
+                    pack = [replace(config, seed=seed) for seed in range(runs)]
+                    row = time_steps(pack, steps, warm_up, repeats, device)
+                    row.update(
+                        shape=shape,
+                        precision=precision,
+                        matmul_precision=matmul,
+                        depth=depth,
+                        batch_size=batch,
+                        runs_packed=runs,
+                        seq_len=config.task().seq_len,
+                        mfu=row["tokens_per_s"] * row.pop("flops_per_token") / rate,
+                    )
+                    rows.append(row)
+                    log(
+                        f"train {precision} d{depth} {shape} x{runs}: {row['steps_per_s']:.1f} steps/s, "
+                        f"MFU {row['mfu']:.1%}, data {row['data_share']:.1%} of a step"
+                    )
+    grid = load_sweep(PAPER_GRID)
+    projection = project(rows, grid)
+    return {
+        "device": str(device),
+        "device_name": torch.cuda.get_device_name(device) if on_gpu else "cpu",
+        "gemm_flops": gemm,
+        "rows": rows,
+        "projection": projection,
+        "torch": torch.__version__,
+    }
+
+
+def time_steps(configs: list, steps: int, warm_up: int, repeats: int, device) -> dict:
+    """Median over ``repeats`` passes of ``steps`` training steps (after warm-up steps, which compile on a GPU)."""
+    import torch
+
+    from scratch.data import Problems
+    from scratch.train import Pack
+
+    pack = Pack(configs, device)
+    problems = [Problems(c.task(), c.seed, 1, device) for c in configs]
+    batch = configs[0].batch_size
+
+    def one_step() -> float:
+        started = time.perf_counter()
+        batches = [p.train_batch(batch) for p in problems]
+        tokens, mask = torch.stack([b[0] for b in batches]), torch.stack([b[1] for b in batches])
+        made = time.perf_counter() - started
+        pack.step(tokens, mask, 1e-3)
+        return made
+
+    for _ in range(warm_up):
+        one_step()
+    passes = []
+    for _ in range(repeats):
+        _synchronize(device)
+        started = time.perf_counter()
+        data = sum(one_step() for _ in range(steps))
+        _synchronize(device)
+        passes.append((time.perf_counter() - started, data))
+    seconds, data = sorted(passes)[len(passes) // 2]
+    tokens = len(configs) * batch * configs[0].task().seq_len * steps
+    return {
+        "steps_per_s": steps / seconds,
+        "tokens_per_s": tokens / seconds,
+        "data_share": data / seconds,
+        "flops_per_token": pack.models[0].flops_per_token(configs[0].task().seq_len),
+    }
+
+
+def _synchronize(device) -> None:
+    import torch
+
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def project(rows: list[dict], grid) -> dict:
+    """Device-hours of the paper grid's training steps, alone and packed: per (precision, depth, pack), a step's
+    seconds fitted as a + b x tokens-per-step over the measured shapes, summed over the grid's cells."""
+    from scratch.sweep import cells
+
+    fits = {}
+    for key in {(r["precision"], r["depth"], r["runs_packed"]) for r in rows}:
+        points = [
+            (r["runs_packed"] * r["batch_size"] * r["seq_len"], 1 / r["steps_per_s"])
+            for r in rows
+            if (r["precision"], r["depth"], r["runs_packed"]) == key
+        ]
+        fits[key] = linear_fit(points)
+    hours = {}
+    for runs in sorted({r["runs_packed"] for r in rows}):
+        total, missing = 0.0, set()
+        for cell in cells(grid):
+            key = (cell.precision, cell.depth, runs)
+            if key not in fits:
+                missing.add(f"{cell.precision} d{cell.depth}")
+                continue
+            intercept, slope = fits[key]
+            step_seconds = intercept + slope * runs * cell.batch_size * cell.task().seq_len
+            total += cell.steps * step_seconds / runs  # a pack trains `runs` cells at once
+        hours[f"runs_packed={runs}"] = {"hours": total / 3600, "not_measured": sorted(missing)}
+    return {"cells": len(cells(grid)), "grid": str(PAPER_GRID.name), "hours": hours}
+
+
+def linear_fit(points: list[tuple[float, float]]) -> tuple[float, float]:
+    n = len(points)
+    mean_x, mean_y = sum(x for x, _ in points) / n, sum(y for _, y in points) / n
+    spread = sum((x - mean_x) ** 2 for x, _ in points)
+    slope = sum((x - mean_x) * (y - mean_y) for x, y in points) / spread if spread else 0.0
+    return mean_y - slope * mean_x, slope
+
+
+def train_markdown(result: dict) -> list[str]:
+    if "rows" not in result:  # written by an older bench
+        return []
+    gemm = ", ".join(f"{name} {rate / 1e12:.2f} TFLOP/s" for name, rate in result["gemm_flops"].items())
+    lines = [
+        f"## scratch training at the paper's shapes on {result['device']} ({result['device_name']})",
+        "",
+        f"Matrix-multiply rate measured in the same run: {gemm}. MFU counts a pack's runs together.",
+        "",
+        "| precision | matmul | depth | shape | batch | runs packed | steps/s | tokens/s | MFU | data share |",
+        "|---|---|---:|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in result["rows"]:
+        lines.append(
+            f"| {r['precision']} | {r['matmul_precision']} | {r['depth']} | {r['shape']} | {r['batch_size']} | "
+            f"{r['runs_packed']} | {r['steps_per_s']:.2f} | {r['tokens_per_s']:,.0f} | {r['mfu']:.1%} | "
+            f"{r['data_share']:.1%} |"
+        )
+    projection = result["projection"]
+    lines += ["", f"Projected training time of {projection['grid']} ({projection['cells']} cells) on this device:", ""]
+    for label, entry in projection["hours"].items():
+        missing = f" (not measured, left out: {', '.join(entry['not_measured'])})" if entry["not_measured"] else ""
+        lines.append(f"- {label}: {entry['hours']:,.1f} device-hours{missing}")
+    return [*lines, ""]
+
+
+def log(message: str) -> None:
+    from bench.run import log as bench_log
+
+    bench_log(message)
