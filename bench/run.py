@@ -10,14 +10,16 @@ Writes DIR/results.json and DIR/results.md. Shared machines are noisy: every fig
            transformers backend, lm-evaluation-harness's HF backend (generate_until, same strings, same
            budget), and llama.cpp (numprec's llamacpp backend on the shipped Q4_1 GGUF); numprec as a
            fraction of the FLOP-bound rate implied by the measured fp32 matrix-multiply speed.
+           ``--device cuda``: a random-init Llama-3.1-8B architecture (bf16) instead, numprec against
+           generate(), greedy and paper sampling, as a fraction of the memory roofline (bench/decode.py).
 2. train   scratch's training step at the paper's shapes, alone and packed, per precision: steps/s, MFU against
            the matmul rate measured in the same run, data generation's share, projected hours of the paper grid
            (bench/train.py; ``--device cuda`` for a GPU).
 3. data    problems/s of the harness and scratch generators against a per-sample Python loop.
 4. memory  peak RSS of an evaluation process per precision.
-5. loop    the decode loop's own overhead: a tiny random Llama (the default model's tokenizer; compute is
-           negligible) generating for the same 256 prompts at batch 256, numprec's backend against transformers'
-           generate(), greedy and the paper's sampling, generated tokens per second.
+5. loop    the decode loop's own overhead: a tiny random Llama (the default model's tokenizer) generating for
+           the same 256 prompts at batch 256, numprec's backend against transformers' generate(), greedy and the
+           paper's sampling, generated tokens per second and the memory roofline (bench/decode.py).
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import harness  # noqa: F401  (thread settings before torch loads)
+from bench.decode import bench_decode, decode_markdown
 from bench.train import bench_train, train_markdown
 from harness.cli import BATCH_SIZE, REPEATS, THREADS, ArgParser, Bound, UserError, name_list, output_dir, run
 from harness.config import build_spec, load_config
@@ -314,88 +317,6 @@ def bench_memory(threads: int, batch_size: int, work: Path, problems: list[dict]
 # ---------------------------------------------------------------- report
 
 
-# ---------------------------------------------------------------- 5. the decode loop's overhead
-
-
-def tiny_llama(work: Path) -> Path:
-    """A randomly initialised 2-layer, 64-wide Llama with the default model's tokenizer, saved for loading."""
-    import torch
-    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
-
-    from harness.models import get_model
-    from harness.weights import resolve_weights
-
-    tokenizer = AutoTokenizer.from_pretrained(resolve_weights(get_model("smollm2")))
-    torch.manual_seed(0)
-    config = LlamaConfig(
-        vocab_size=len(tokenizer),
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=2048,
-        bos_token_id=tokenizer.bos_token_id,
-        eos_token_id=tokenizer.eos_token_id,
-        pad_token_id=tokenizer.pad_token_id,
-        tie_word_embeddings=True,
-    )
-    target = work / "tiny-llama"
-    LlamaForCausalLM(config).save_pretrained(target)
-    tokenizer.save_pretrained(target)
-    return target
-
-
-def bench_loop(repeats: int, threads: int, rows: int = 256, budget: int = 32) -> dict:
-    import torch
-
-    from harness.backends import Sampling
-    from harness.backends.hf import HFBackend
-    from harness.models import get_model, get_precision
-
-    torch.set_num_threads(threads)
-    with tempfile.TemporaryDirectory() as scratch_dir:
-        weights = tiny_llama(Path(scratch_dir))
-        backend = HFBackend(str(weights), get_precision(get_model("smollm2"), "fp32"), batch_size=rows)
-        prompts = [p["prompt"] for p in quick_grid_problems(rows)]
-        from transformers import AutoModelForCausalLM
-
-        model = AutoModelForCausalLM.from_pretrained(weights, dtype=torch.float32).eval()  # transformers' own attention
-        tokenizer = backend.tokenizer
-        tokenizer.padding_side = "left"
-        encoded = tokenizer(prompts, add_special_tokens=False, return_tensors="pt", padding=True)
-        results: dict = {"rows": rows, "budget": budget, "threads": threads, "model": "random Llama, 2 x 64"}
-        for name in ("greedy", "paper"):
-            sampling = Sampling.named(name)
-            ours, theirs = [], []
-            for _ in range(repeats):
-                started = time.perf_counter()
-                generations = backend.generate(prompts, budget, sampling, seed=list(range(rows)))
-                ours.append((sum(g.tokens for g in generations), time.perf_counter() - started))
-                options = {"do_sample": False, "top_k": None, "top_p": None, "temperature": None}
-                if sampling.do_sample:
-                    options = {"do_sample": True, "top_k": 50, "top_p": 0.95, "temperature": 0.1}
-                started = time.perf_counter()
-                with torch.inference_mode():
-                    out = model.generate(**encoded, max_new_tokens=budget, pad_token_id=backend.pad_id, **options)
-                new = out[:, encoded["input_ids"].shape[1] :]
-                produced = int((new != backend.pad_id).sum())
-                theirs.append((produced, time.perf_counter() - started))
-            rate = {
-                key: median([tokens / seconds for tokens, seconds in runs])
-                for key, runs in (("numprec", ours), ("transformers", theirs))
-            }
-            results[name] = {
-                "numprec_tokens_per_s": rate["numprec"],
-                "transformers_tokens_per_s": rate["transformers"],
-                "speedup": rate["numprec"] / rate["transformers"],
-                "numprec_tokens": ours[0][0],
-                "transformers_tokens": theirs[0][0],
-            }
-            log(f"loop {name}: numprec {rate['numprec']:.0f} tok/s, transformers {rate['transformers']:.0f} tok/s")
-    return results
-
-
 def machine() -> dict:
     from harness.results import library_versions
 
@@ -477,22 +398,10 @@ def markdown(results: dict) -> str:
         for r in results["memory"]:
             lines.append(f"| {r['precision']} | {r['peak_rss_mb']:.0f} | {r['footprint_mb']:.0f} |")
         lines.append("")
+    if "eval_gpu" in results:
+        lines += decode_markdown("Evaluation engine at the 8B scale", results["eval_gpu"])
     if "loop" in results:
-        loop = results["loop"]
-        lines += [
-            f"## The decode loop's overhead ({loop['model']}, {loop['rows']} prompts at batch {loop['rows']}, "
-            f"{loop['budget']} new tokens at most, {loop['threads']} thread(s))",
-            "",
-            "| decoding | numprec tokens/s | transformers generate() tokens/s | numprec / generate() |",
-            "|---|---:|---:|---:|",
-        ]
-        for name in ("greedy", "paper"):
-            r = loop[name]
-            lines.append(
-                f"| {name} | {r['numprec_tokens_per_s']:.0f} | {r['transformers_tokens_per_s']:.0f} | "
-                f"{r['speedup']:.1f}x |"
-            )
-        lines.append("")
+        lines += decode_markdown("The decode loop's overhead", results["loop"])
     return "\n".join(lines)
 
 
@@ -509,7 +418,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--batch-size", type=BATCH_SIZE.arg, default=256, help="rows per batch, the same for all (default 256)"
     )
     parser.add_argument(
-        "--device", type=device_name, default="cpu", help="train section: cpu, cuda or cuda:N (default cpu)"
+        "--device",
+        type=device_name,
+        default="cpu",
+        help="cpu, cuda or cuda:N (default cpu): where train and loop run; eval on a GPU times a random-init "
+        "Llama-3.1-8B architecture against generate() and the memory roofline",
     )
     args = parser.parse_args(argv)
     sections = args.only or list(SECTIONS)
@@ -531,7 +444,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as scratch_dir:
         work = Path(scratch_dir)
         for section in sections:
-            if section == "eval":
+            if section == "eval" and args.device != "cpu":
+                results["eval_gpu"] = bench_decode("llama-3.1-8b", args.device, args.repeats, args.threads)
+            elif section == "eval":
                 results["eval"] = bench_eval(args.problems, args.repeats, args.threads, args.batch_size, work)
             elif section == "train":
                 results["train"] = bench_train(args.repeats, args.threads, args.device)
@@ -540,7 +455,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             elif section == "memory":
                 results["memory"] = bench_memory(args.threads, args.batch_size, work, quick_grid_problems(16))
             elif section == "loop":
-                results["loop"] = bench_loop(args.repeats, args.threads)
+                results["loop"] = bench_decode("tiny", args.device, args.repeats, args.threads)
             # Written after every section: a crash later loses nothing measured.
             path.write_text(json.dumps(results, indent=2) + "\n")
             (args.out / "results.md").write_text(markdown(results))

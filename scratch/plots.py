@@ -132,8 +132,6 @@ def summary_markdown(rows: list[dict]) -> str:
         lines += [f"## {_title(key)}", "", "Accuracy per precision: best of seeds / mean ± std (seeds).", ""]
         table = panel.groupby(["length", "precision"], sort=False)["accuracy"].agg(["max", "mean", "std", "count"])
         precisions = list(dict.fromkeys(panel["precision"]))
-        lines.append("| n | " + " | ".join(precisions) + " |")
-        lines.append("|---:|" + "---:|" * len(precisions))
         whole = _lengths_where(panel, "whole_space_test")
         shared = [n for n in _lengths_where(panel, "disjoint_test", "False") if n not in whole]
         if whole:
@@ -149,6 +147,8 @@ def summary_markdown(rows: list[dict]) -> str:
                 "training.",
                 "",
             ]
+        lines.append("| n | " + " | ".join(precisions) + " |")
+        lines.append("|---:|" + "---:|" * len(precisions))
         for length in sorted(panel["length"].unique()):
             cells = []
             for precision in precisions:

@@ -13,10 +13,14 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from harness.cli import UserError
 from harness.models import PrecisionSpec
 from harness.quiet import quiet_transformers
+
+if TYPE_CHECKING:
+    import torch
 
 BACKENDS = ("hf", "llamacpp", "vllm")
 
@@ -142,6 +146,17 @@ def feedable_prefix(ids: list[list[int]]) -> list[int]:
 def first_line_done(text: str) -> bool:
     """The stop rule: the first non-blank line is finished (the paper's prompt asks for a one-line answer)."""
     return text.lstrip().find("\n") > 0
+
+
+def newline_tokens(tokenizer, size: int) -> torch.Tensor:
+    """Per token id (a table of ``size``): does its text contain a newline. Only such a token can finish the first
+    line, so a decoding loop decodes a row's text for the stop rule only at those steps."""
+    import torch
+
+    texts = tokenizer.batch_decode([[i] for i in range(len(tokenizer))])
+    table = torch.zeros(size, dtype=torch.bool)
+    table[: min(size, len(texts))] = torch.tensor(["\n" in text for text in texts[:size]])
+    return table
 
 
 def stop_length(tokenizer, token_ids: list[int]) -> int:

@@ -23,6 +23,7 @@ from harness.backends import (
     Sampling,
     feedable_prefix,
     first_line_done,
+    newline_tokens,
     shared_prefix,
 )
 from harness.backends.sampling import gumbel_choice, warped_candidates
@@ -51,16 +52,26 @@ class HFBackend(ChatBackend):
     ):
         quiet_transformers()
         torch.set_num_threads(threads or int(os.environ.get("NUMPREC_THREADS", torch.get_num_threads())))
-        self.precision = precision
-        self.batch_size = batch_size
-        self.device = "cuda" if torch.cuda.is_available() else "cpu"
-        self.tokenizer = AutoTokenizer.from_pretrained(weights)
-        load_kwargs = _load_kwargs(precision, self.device, weights)
-        self.model = AutoModelForCausalLM.from_pretrained(weights, **load_kwargs).eval()
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+        model = AutoModelForCausalLM.from_pretrained(weights, **_load_kwargs(precision, device, weights)).eval()
         if adapter:
             # Fold LoRA into unquantized weights (same outputs, no adapter overhead); a 4-bit base keeps it apart,
             # as merging would requantize the base.
-            self.model = _with_adapter(self.model, adapter, merge=precision.method == "cast")
+            model = _with_adapter(model, adapter, merge=precision.method == "cast")
+        self._setup(model, AutoTokenizer.from_pretrained(weights), precision, batch_size)
+
+    @classmethod
+    def from_model(cls, model, tokenizer, precision: PrecisionSpec, batch_size: int) -> HFBackend:
+        """A backend over a model already in memory, on its device (the GPU bench's random-init 8B architecture,
+        which is never written to disk)."""
+        quiet_transformers()
+        backend = cls.__new__(cls)
+        backend._setup(model.eval(), tokenizer, precision, batch_size)
+        return backend
+
+    def _setup(self, model, tokenizer, precision: PrecisionSpec, batch_size: int) -> None:
+        self.model, self.tokenizer, self.precision, self.batch_size = model, tokenizer, precision, batch_size
+        self.device = model.device.type
         if precision.method == "cast" and self.device == "cpu":
             _store_linear_weights_transposed(self.model)
         # Our attention keeps the shared prefix once for all rows (harness/backends/shared_prefix.py).
@@ -187,9 +198,7 @@ class HFBackend(ChatBackend):
     def _token_tables(self) -> tuple[torch.Tensor, torch.Tensor]:
         """Per token id: does it end a sequence; does its text contain a newline (it may end the first line)."""
         size = max(len(self.tokenizer), self.model.get_output_embeddings().weight.shape[0])
-        texts = self.tokenizer.batch_decode([[i] for i in range(len(self.tokenizer))])
-        newline = torch.zeros(size, dtype=torch.bool)
-        newline[: len(texts)] = torch.tensor(["\n" in text for text in texts])
+        newline = newline_tokens(self.tokenizer, size)
         stop = torch.zeros(size, dtype=torch.bool)
         eos = set(_as_list(self.model.generation_config.eos_token_id)) | {self.tokenizer.eos_token_id}
         stop[[i for i in eos if i is not None]] = True

@@ -26,6 +26,7 @@ from harness.backends import (
     Sampling,
     feedable_prefix,
     first_line_done,
+    newline_tokens,
 )
 from harness.backends.sampling import gumbel_choice, warped_candidates
 from harness.cli import UserError
@@ -79,6 +80,7 @@ class LlamaCppBackend(ChatBackend):
             self.tokenizer = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
         self.ctx = None
         self.n_ctx = 0
+        self.newline = newline_tokens(self.tokenizer, self.n_vocab).tolist()
 
     def close(self) -> None:
         """Free llama.cpp's context and model (the next variant's model may need the memory)."""
@@ -157,8 +159,11 @@ class LlamaCppBackend(ChatBackend):
             for row in running:
                 token = _choose(last[row.seq], sampling, row.seed, len(row.generated))
                 row.generated.append(token)
-                text = self.tokenizer.decode(row.generated, skip_special_tokens=True)
-                row.done = bool(lib.llama_vocab_is_eog(self.vocab, token)) or first_line_done(text)
+                # The row's text is decoded only when the token can have finished its first line.
+                row.done = bool(lib.llama_vocab_is_eog(self.vocab, token)) or (
+                    self.newline[token]
+                    and first_line_done(self.tokenizer.decode(row.generated, skip_special_tokens=True))
+                )
                 if not row.done and len(row.generated) < row.budget:
                     step.append(row)
             running = step

@@ -1,0 +1,200 @@
+"""Decoding speed against transformers generate() and against the device's memory roofline.
+
+Two uses of one measurement (bench.run's sections):
+- ``loop``: a tiny random Llama (2 x 64, the default model's tokenizer) on this machine: the loop's own
+  overhead, since the model computes little.
+- ``eval --device cuda``: a random-init model with Llama-3.1-8B's architecture (bf16, built in the run, never
+  written to disk) with the default model's tokenizer: the engine at the size users run.
+
+Both run numprec's transformers backend and transformers' generate() (its own sdpa attention) on the same
+prompts (cells of the quick grid) and budgets, greedy and the paper's sampling, and measure the device's memory
+copy rate in the same run: a decode step reads every weight once (the input embedding aside), so at batch B
+the roofline is B x copy rate / weight bytes tokens per second. Rates are end to end (prompt processing
+included), so their fraction of the roofline is conservative.
+"""
+
+from __future__ import annotations
+
+import time
+
+ARCHITECTURES = {
+    # hidden, intermediate, layers, heads, kv heads, tied embeddings
+    "tiny": {
+        "hidden_size": 64,
+        "intermediate_size": 128,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "tie_word_embeddings": True,
+    },
+    "llama-3.1-8b": {
+        "hidden_size": 4096,
+        "intermediate_size": 14336,
+        "num_hidden_layers": 32,
+        "num_attention_heads": 32,
+        "num_key_value_heads": 8,
+        "rope_theta": 500000.0,
+        "tie_word_embeddings": False,
+    },
+}
+
+
+def random_llama(architecture: str, device: str, dtype_name: str):
+    """(model, tokenizer): a Llama of ``architecture``, randomly initialised on ``device``, with the default
+    model's tokenizer (its vocabulary sets the embedding size)."""
+    import torch
+    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+
+    from harness.models import get_model
+    from harness.weights import resolve_weights
+
+    tokenizer = AutoTokenizer.from_pretrained(resolve_weights(get_model("smollm2")))
+    config = LlamaConfig(
+        vocab_size=len(tokenizer),
+        max_position_embeddings=4096,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+        **ARCHITECTURES[architecture],
+    )
+    torch.manual_seed(0)
+    dtype = {"fp32": torch.float32, "bf16": torch.bfloat16}[dtype_name]
+    default = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)  # built in its dtype: an 8B model never exists in float32
+    try:
+        with torch.device(device):
+            model = LlamaForCausalLM(config)
+    finally:
+        torch.set_default_dtype(default)
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    return model.eval(), tokenizer
+
+
+def copy_rate(device: str, megabytes: int = 1024, seconds: float = 1.0) -> float:
+    """Bytes per second the device moves in a large tensor copy (each byte read once and written once)."""
+    import torch
+
+    source = torch.empty(megabytes << 20, dtype=torch.uint8, device=device)
+    target = torch.empty_like(source)
+    target.copy_(source)
+    _synchronize(device)
+    count, started = 0, time.perf_counter()
+    while time.perf_counter() - started < seconds:
+        target.copy_(source)
+        count += 1
+        if count % 8 == 0:
+            _synchronize(device)
+    _synchronize(device)
+    return 2 * source.numel() * count / (time.perf_counter() - started)
+
+
+def _synchronize(device: str) -> None:
+    import torch
+
+    if device.startswith("cuda"):
+        torch.cuda.synchronize(device)
+
+
+def bench_decode(architecture: str, device: str, repeats: int, threads: int, rows: int = 256, budget: int = 32) -> dict:
+    import torch
+
+    from bench.run import log, median, quick_grid_problems
+    from harness.backends import Sampling
+    from harness.backends.hf import HFBackend
+    from harness.backends.shared_prefix import NAME as SHARED_PREFIX
+    from harness.models import get_model, get_precision
+
+    torch.set_num_threads(threads)
+    dtype = "fp32" if device == "cpu" else "bf16"
+    model, tokenizer = random_llama(architecture, device, dtype)
+    backend = HFBackend.from_model(model, tokenizer, get_precision(get_model("smollm2"), dtype), batch_size=rows)
+    prompts = [p["prompt"] for p in quick_grid_problems(rows)]
+    tokenizer.padding_side = "left"
+    encoded = tokenizer(prompts, add_special_tokens=False, return_tensors="pt", padding=True).to(device)
+    weight_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
+    if not model.config.tie_word_embeddings:  # a step gathers B rows of the input embedding, not all of it
+        weight_bytes -= model.get_input_embeddings().weight.numel() * model.get_input_embeddings().weight.element_size()
+    rate = copy_rate(device)
+    roofline = rows * rate / weight_bytes
+    log(f"decode {architecture} on {device}: copy {rate / 1e9:.0f} GB/s, {weight_bytes / 1e9:.2f} GB a step")
+    results: dict = {
+        "architecture": architecture,
+        "device": device,
+        "device_name": torch.cuda.get_device_name(device) if device.startswith("cuda") else "cpu",
+        "dtype": dtype,
+        "rows": rows,
+        "budget": budget,
+        "threads": threads,
+        "copy_bytes_per_s": rate,
+        "weight_bytes_per_step": weight_bytes,
+        "roofline_tokens_per_s": roofline,
+    }
+    for name in ("greedy", "paper"):
+        sampling = Sampling.named(name)
+        ours, theirs = [], []
+        for _ in range(repeats):
+            model.set_attn_implementation(SHARED_PREFIX)
+            _synchronize(device)
+            started = time.perf_counter()
+            generations = backend.generate(prompts, budget, sampling, seed=list(range(rows)))
+            _synchronize(device)
+            ours.append((sum(g.tokens for g in generations), time.perf_counter() - started))
+            options = {"do_sample": False, "top_k": None, "top_p": None, "temperature": None}
+            if sampling.do_sample:
+                options = {"do_sample": True, "top_k": 50, "top_p": 0.95, "temperature": 0.1}
+            model.set_attn_implementation("sdpa")  # transformers' own attention for generate()
+            started = time.perf_counter()
+            with torch.inference_mode():
+                out = model.generate(**encoded, max_new_tokens=budget, pad_token_id=backend.pad_id, **options)
+            _synchronize(device)
+            produced = int((out[:, encoded["input_ids"].shape[1] :] != backend.pad_id).sum())
+            theirs.append((produced, time.perf_counter() - started))
+        model.set_attn_implementation(SHARED_PREFIX)
+        speed = {
+            key: median([tokens / seconds for tokens, seconds in runs])
+            for key, runs in (("numprec", ours), ("transformers", theirs))
+        }
+        results[name] = {
+            "numprec_tokens_per_s": speed["numprec"],
+            "transformers_tokens_per_s": speed["transformers"],
+            "speedup": speed["numprec"] / speed["transformers"],
+            "numprec_roofline_fraction": speed["numprec"] / roofline,
+            "numprec_tokens": ours[0][0],
+            "transformers_tokens": theirs[0][0],
+        }
+        log(
+            f"decode {name}: numprec {speed['numprec']:.0f} tok/s ({speed['numprec'] / roofline:.1%} of the "
+            f"roofline), transformers {speed['transformers']:.0f} tok/s"
+        )
+    results["paper_vs_greedy"] = results["greedy"]["numprec_tokens_per_s"] / results["paper"]["numprec_tokens_per_s"]
+    return results
+
+
+def decode_markdown(title: str, result: dict) -> list[str]:
+    model = result.get("architecture") or result.get("model")  # older results name the model only
+    where = f"{result.get('dtype', 'fp32')}) on {result.get('device', 'cpu')} ({result.get('device_name', 'cpu')}"
+    lines = [
+        f"## {title}: random {model} ({where}), {result['rows']} prompts at batch {result['rows']}, "
+        f"{result['budget']} new tokens at most, {result['threads']} thread(s)",
+        "",
+    ]
+    if "roofline_tokens_per_s" in result:
+        lines += [
+            f"Memory copy rate measured in the run: {result['copy_bytes_per_s'] / 1e9:,.0f} GB/s; a decode step reads "
+            f"{result['weight_bytes_per_step'] / 1e9:.2f} GB of weights, so the roofline at batch {result['rows']} "
+            f"is {result['roofline_tokens_per_s']:,.0f} tokens/s. The paper's sampling runs at "
+            f"1/{result['paper_vs_greedy']:.2f} of greedy.",
+            "",
+        ]
+    lines += [
+        "| decoding | numprec tokens/s | transformers generate() tokens/s | numprec / generate() | of roofline |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for name in ("greedy", "paper"):
+        r = result[name]
+        fraction = f"{r['numprec_roofline_fraction']:.1%}" if "numprec_roofline_fraction" in r else ""
+        lines.append(
+            f"| {name} | {r['numprec_tokens_per_s']:,.0f} | {r['transformers_tokens_per_s']:,.0f} | "
+            f"{r['speedup']:.1f}x | {fraction} |"
+        )
+    return [*lines, ""]

@@ -1,0 +1,32 @@
+"""bench.decode's random-init models run through the transformers backend exactly as loaded ones do."""
+
+import torch
+
+from bench.decode import copy_rate, random_llama
+from harness.backends import Sampling
+from harness.backends.hf import HFBackend
+from harness.models import get_model, get_precision
+from harness.problems import Task, generate
+from harness.prompts import user_message
+
+
+def test_a_model_built_in_memory_generates_what_the_same_weights_loaded_from_disk_do(tmp_path):
+    model, tokenizer = random_llama("tiny", "cpu", "fp32")
+    assert {p.dtype for p in model.parameters()} == {torch.float32}
+    model.save_pretrained(tmp_path)
+    tokenizer.save_pretrained(tmp_path)
+    precision = get_precision(get_model("smollm2"), "fp32")
+    loaded = HFBackend(str(tmp_path), precision, batch_size=4)
+    in_memory = HFBackend.from_model(model, tokenizer, precision, batch_size=4)
+    prompts = [in_memory.chat_prompt(user_message(p)) for p in generate(Task("add"), 10, 2, 6, seed=1)]
+    for sampling in (Sampling.named("greedy"), Sampling.named("paper")):
+        expected = [g.text for g in loaded.generate(prompts, 8, sampling, seed=list(range(6)))]
+        assert [g.text for g in in_memory.generate(prompts, 8, sampling, seed=list(range(6)))] == expected
+    assert in_memory.device == "cpu" and in_memory.footprint_mb == loaded.footprint_mb
+
+
+def test_bf16_models_are_built_in_bf16_and_the_copy_rate_is_a_rate():
+    model, _ = random_llama("tiny", "cpu", "bf16")
+    assert {p.dtype for p in model.parameters()} == {torch.bfloat16}
+    assert torch.get_default_dtype() == torch.float32, "the default dtype is restored"
+    assert 1e8 < copy_rate("cpu", megabytes=16, seconds=0.1) < 1e13
