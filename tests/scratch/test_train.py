@@ -34,6 +34,21 @@ LEARNS = RunConfig(
 )
 
 
+SMALL = RunConfig(
+    op="add",
+    operands=2,
+    base=10,
+    length=3,
+    n_embd=32,
+    depth=2,
+    steps=30,
+    batch_size=32,
+    eval_every=15,
+    test_size=200,
+    warmup_steps=3,
+)
+
+
 def test_a_tiny_model_learns_base2_addition(tmp_path):
     summary = run(LEARNS, tmp_path, log=lambda line: None)
     assert summary["accuracy"] >= 0.95, summary["history"]
@@ -45,19 +60,7 @@ def test_a_tiny_model_learns_base2_addition(tmp_path):
 
 
 def test_resume_continues_from_the_checkpoint(tmp_path):
-    short = RunConfig(
-        op="add",
-        operands=2,
-        base=10,
-        length=2,
-        n_embd=32,
-        depth=1,
-        steps=20,
-        batch_size=16,
-        eval_every=10,
-        test_size=50,
-        warmup_steps=2,
-    )
+    short = replace(SMALL, length=2, depth=1, steps=20, batch_size=16, eval_every=10, test_size=50, warmup_steps=2)
     first = run(short, tmp_path, log=lambda line: None)
     lines = []
     longer = RunConfig(**{**short.__dict__, "steps": 30})
@@ -88,21 +91,6 @@ def test_pure_bf16_keeps_everything_in_bf16(tmp_path):
     state = torch.load(tmp_path / "checkpoint.pt", weights_only=False)
     moments = [s["exp_avg"] for s in state["optimizer"]["state"].values()]
     assert moments and {m.dtype for m in moments} == {torch.bfloat16}, "AdamW state is bf16 too"
-
-
-SMALL = RunConfig(
-    op="add",
-    operands=2,
-    base=10,
-    length=3,
-    n_embd=32,
-    depth=2,
-    steps=30,
-    batch_size=32,
-    eval_every=15,
-    test_size=200,
-    warmup_steps=3,
-)
 
 
 def quiet(line: str) -> None:
