@@ -8,9 +8,14 @@ NewGELU; AdamW lr 1e-3, betas (0.9, 0.999), weight decay 0.01, cosine schedule w
 answer tokens; batch 512 for 100k steps; 50k test samples. The defaults below are those, except steps,
 test size and warmup, which a CPU cannot afford at the paper's values.
 
-``--device auto|cpu|cuda|cuda:N`` (auto: CUDA when present) holds the model, optimizer and batches; problems are
-drawn on the CPU, so a seed gives the same data on every device. On CUDA, fp32 runs with TF32 off and ``tf32`` is
-a precision of its own; each summary records the device and the matmul precision in force.
+``--device auto|cpu|cuda|cuda:N`` (auto: CUDA when present) holds the model, optimizer and batches; digits are
+drawn on the CPU, so a seed gives the same data on every device, and the rest of a batch is made on the device.
+On CUDA, fp32 runs with TF32 off and ``tf32`` is a precision of its own; each summary records the device and the
+matmul precision in force. On CUDA the step has no host synchronisation, AdamW is fused, and forward and
+backward are compiled with CUDA graphs (``--compile auto|on|off``).
+
+``run_pack`` trains several runs of one shape (``pack_key``: the seeds of a cell) as one stacked model (``Pack``);
+each run keeps its own weights, data, loss, optimizer state, checkpoint and summary. ``run`` is a pack of one.
 
 Accuracy is exact match under greedy decoding. It is computed in one teacher-forced pass: a sequence
 counts when the argmax at every answer position (and at <eos>) is the right token, which is exactly when
