@@ -11,10 +11,11 @@ generate(), so that a row leaves the batch (and the KV cache) as soon as it has 
 from __future__ import annotations
 
 import os
+import warnings
 from collections import OrderedDict
 
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache
+from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache, StaticCache
 
 from harness.autoawq import require_gptqmodel
 from harness.backends import (
@@ -81,6 +82,18 @@ class HFBackend(ChatBackend):
             self.pad_id = self.tokenizer.eos_token_id
         self._prefixes: OrderedDict[tuple[int, ...], DynamicCache] = OrderedDict()
         self._stop_ids, self._newline_ids = self._token_tables()
+        # On a GPU a decode step is bound by reading the weights and by launching hundreds of small kernels: there
+        # every row stays in a static KV cache and the step is one CUDA graph. On a CPU, compute-bound, finished
+        # rows leave the batch instead (the dynamic path).
+        self.static_decode = self.device == "cuda"
+        self.graph_error: str | None = None
+        self._static_caches: dict[tuple[int, int], StaticCache] = {}
+        self.graphs = self.device == "cuda"  # the static path's steps run as CUDA graphs (else eagerly: tests)
+        self._step = None
+        if self.graphs:
+            self._step = torch.compile(self._forward, mode="reduce-overhead", dynamic=False)
+            # One graph per (slots, cache length): up to 9 x a few shapes, above dynamo's default of 8 recompiles.
+            torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 64)
 
     @property
     def footprint_mb(self) -> float:
@@ -88,7 +101,10 @@ class HFBackend(ChatBackend):
 
     @property
     def kernel(self) -> str:
-        return linear_kernel(self.model)
+        """The linear layers' kernel class, and on a GPU whether the decode steps ran as CUDA graphs (inductor's
+        fused kernels, whose rounding can differ from eager's) or, after a compiler failure, eagerly."""
+        graphs = "; decode steps as CUDA graphs (torch.compile, inductor)" if self.static_decode and self.graphs else ""
+        return linear_kernel(self.model) + graphs
 
     @property
     def activation_dtype(self) -> str:
@@ -133,7 +149,19 @@ class HFBackend(ChatBackend):
         sampler = None
         if sampling.do_sample:
             sampler = (sampling, torch.tensor(seeds, dtype=torch.long, device=self.device))
-        generated = self._decode(kv, input_ids, attention, positions, len(prefix), budgets, sampler, cache)
+        generated = None
+        if self.static_decode:
+            try:
+                generated = self._decode_static(input_ids, attention, positions, len(prefix), budgets, sampler, cache)
+            except Exception as err:  # noqa: BLE001 (a compiler failure must not end what eager decoding can do)
+                if not self.graphs:
+                    raise
+                message = str(err).strip().splitlines()[0] if str(err).strip() else ""
+                self.graph_error = f"{type(err).__name__}: {message}"
+                warnings.warn(f"CUDA graph decoding failed ({self.graph_error}); decoding eagerly", stacklevel=2)
+                self.static_decode = self.graphs = False
+        if generated is None:  # the batch again from its start, on the dynamic path
+            generated = self._decode(kv, input_ids, attention, positions, len(prefix), budgets, sampler, cache)
         return [
             Generation(text=self.tokenizer.decode(tokens, skip_special_tokens=True), tokens=len(tokens))
             for tokens in generated
@@ -156,34 +184,17 @@ class HFBackend(ChatBackend):
         with torch.inference_mode():
             step_ids, step_positions = input_ids, positions
             for step in range(max(budgets)):
-                logits = (
-                    self.model(
-                        input_ids=step_ids.to(self.device),
-                        attention_mask=attention.to(self.device),
-                        position_ids=step_positions.to(self.device),
-                        past_key_values=kv,
-                        use_cache=True,
-                        logits_to_keep=1,
-                        shared_prefix=prefix_kv,  # handed down to shared_prefix_attention
-                    )
-                    .logits[:, -1, :]
-                    .float()
+                logits = self._forward(
+                    step_ids.to(self.device),
+                    attention.to(self.device),
+                    step_positions.to(self.device),
+                    kv,
+                    prefix_kv,
                 )
-                if sampler is None:
-                    chosen = logits.argmax(-1)
-                else:
-                    sampling, seeds = sampler
-                    values, candidates = warped_candidates(logits, sampling.temperature, sampling.top_k, sampling.top_p)
-                    chosen = gumbel_choice(values, candidates, seeds[active.to(seeds.device)], step)
-                chosen = chosen.cpu()  # the step's one host synchronisation
+                chosen = self._choose(logits, sampler, active, step).cpu()  # the step's one host synchronisation
                 tokens[active, counts[active]] = chosen
                 counts[active] += 1
-                done = self._stop_ids[chosen] | (counts[active] >= budget[active])
-                for slot in torch.nonzero(self._newline_ids[chosen] & ~done).flatten().tolist():
-                    row = int(active[slot])
-                    done[slot] = first_line_done(
-                        self.tokenizer.decode(tokens[row, : counts[row]].tolist(), skip_special_tokens=True)
-                    )
+                done = self._stopped(chosen, active, tokens, counts, budget)
                 if bool(done.all()):
                     break
                 if bool(done.any()):
@@ -194,6 +205,83 @@ class HFBackend(ChatBackend):
                 step_ids = chosen.view(-1, 1)
                 step_positions = prefix_length + attention.sum(-1, keepdim=True) - 1
         return [tokens[row, : counts[row]].tolist() for row in range(rows)]
+
+    def _decode_static(self, input_ids, attention, positions, prefix_length, budgets, sampler, prefix_kv):
+        """The GPU path: every row keeps its slot in a static KV cache until all have stopped, so each decode step
+        has one shape (rows, cache length) and runs as one captured CUDA graph; a stopped row's further tokens
+        are computed and ignored (on a GPU a step costs the weights' reading, whatever the rows). Same stop rule,
+        sampling and one host transfer per step as ``_decode``, whose answers it gives (tested on CPU)."""
+        rows, width = input_ids.shape
+        steps = max(budgets)
+        # Few shapes, so few graphs serve every cell: slots a power of two (the spare ones repeat the last row and
+        # are never read), cache lengths a multiple of 64.
+        size, length = 1 << (rows - 1).bit_length(), -(-(width + steps) // 64) * 64
+        slots = torch.cat([torch.arange(rows), torch.full((size - rows,), rows - 1)])  # slot -> row
+        input_ids, attention, positions = input_ids[slots], attention[slots], positions[slots]
+        mask = torch.zeros((size, length), dtype=torch.long, device=self.device)
+        mask[:, :width] = attention.to(self.device)
+        tokens = torch.zeros((rows, steps), dtype=torch.long)
+        counts = torch.zeros(rows, dtype=torch.long)
+        budget = torch.tensor(budgets, dtype=torch.long)
+        running = torch.arange(size) < rows
+        with torch.inference_mode():
+            kv = self._static_caches.get((size, length))
+            if kv is None:  # kept: a graph is captured once per cache
+                kv = self._static_caches[(size, length)] = StaticCache(config=self.model.config, max_cache_len=length)
+            kv.reset()
+            # The suffixes (their width varies from batch to batch) are fed eagerly; the steps after, in the graph.
+            logits = self._forward(input_ids.to(self.device), mask, positions.to(self.device), kv, prefix_kv)
+            for step in range(steps):
+                chosen = self._choose(logits, sampler, slots, step).cpu()  # the step's one host synchronisation
+                live = torch.nonzero(running).flatten()
+                tokens[live, counts[live]] = chosen[live]
+                counts[live] += 1
+                running[live[self._stopped(chosen[live], live, tokens, counts, budget)]] = False
+                if not bool(running.any()):
+                    break
+                mask[:, width + step] = 1
+                step_positions = prefix_length + mask.sum(-1, keepdim=True) - 1
+                logits = self._graph_step(chosen.view(-1, 1).to(self.device), mask, step_positions, kv, prefix_kv)
+        return [tokens[row, : counts[row]].tolist() for row in range(rows)]
+
+    def _forward(self, input_ids, attention_mask, position_ids, kv, prefix_kv) -> torch.Tensor:
+        """The last position's logits, in float32."""
+        output = self.model(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            position_ids=position_ids,
+            past_key_values=kv,
+            use_cache=True,
+            logits_to_keep=1,
+            shared_prefix=prefix_kv,  # handed down to shared_prefix_attention
+        )
+        return output.logits[:, -1, :].float()
+
+    def _graph_step(self, input_ids, attention_mask, position_ids, kv, prefix_kv) -> torch.Tensor:
+        if not self.graphs:
+            return self._forward(input_ids, attention_mask, position_ids, kv, prefix_kv)
+        torch.compiler.cudagraph_mark_step_begin()
+        # A copy: the graph's output buffer is overwritten by its next replay.
+        return self._step(input_ids, attention_mask, position_ids, kv, prefix_kv).clone()
+
+    def _choose(self, logits: torch.Tensor, sampler, slots: torch.Tensor, step: int) -> torch.Tensor:
+        """Greedy argmax, or the paper's sampling with each row's own seeded noise."""
+        if sampler is None:
+            return logits.argmax(-1)
+        sampling, seeds = sampler
+        values, candidates = warped_candidates(logits, sampling.temperature, sampling.top_k, sampling.top_p)
+        return gumbel_choice(values, candidates, seeds[slots.to(seeds.device)], step)
+
+    def _stopped(self, chosen, rows, tokens, counts, budget) -> torch.Tensor:
+        """Which of ``rows``, having just produced ``chosen``, are done: an end-of-sequence token, the budget, or
+        (decoded only for rows whose token contains a newline) a finished first line."""
+        done = self._stop_ids[chosen] | (counts[rows] >= budget[rows])
+        for slot in torch.nonzero(self._newline_ids[chosen] & ~done).flatten().tolist():
+            row = int(rows[slot])
+            done[slot] = first_line_done(
+                self.tokenizer.decode(tokens[row, : counts[row]].tolist(), skip_special_tokens=True)
+            )
+        return done
 
     def _token_tables(self) -> tuple[torch.Tensor, torch.Tensor]:
         """Per token id: does it end a sequence; does its text contain a newline (it may end the first line)."""

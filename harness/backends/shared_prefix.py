@@ -39,12 +39,14 @@ def shared_prefix_attention(
     # Query heads j*groups .. (j+1)*groups-1 read kv head j (transformers' repeat_kv layout).
     q = query.reshape(batch, kv_heads, groups * length, dim)
     own = (q @ key.transpose(-1, -2)).view(batch, kv_heads, groups, length, keys) * scaling
-    if attention_mask is None:
-        causal = torch.ones(length, keys, dtype=torch.bool, device=query.device).tril(keys - length)
-        attention_mask = causal[None, None]
-    if attention_mask.dtype == torch.bool:
+    if attention_mask is None and length > 1:
+        # transformers leaves the mask out where sdpa's is_causal would do: one query (which sees every key), or
+        # queries from the cache's start, aligned upper-left (a static cache's prefill sees keys 0..i, not the
+        # unwritten slots after them).
+        attention_mask = torch.ones(length, keys, dtype=torch.bool, device=query.device).tril()[None, None]
+    if attention_mask is not None and attention_mask.dtype == torch.bool:
         own = own.masked_fill(~attention_mask[:, :, None], float("-inf"))
-    else:
+    elif attention_mask is not None:
         own = own + attention_mask[:, :, None]
     own = own.view(batch, kv_heads, groups * length, keys)
     prefix = shared_prefix[module.layer_idx] if shared_prefix else None

@@ -1,11 +1,13 @@
 """The transformers backend on the real default model: prompts, prefix-cache correctness, batch invariance."""
 
+import pytest
 import torch
 
 from harness.backends import Sampling
 from harness.eval import max_new_tokens
 from harness.problems import Task, generate
 from harness.prompts import user_message
+from tests.devices import HAS_CUDA
 
 GREEDY = Sampling.named("greedy")
 
@@ -61,6 +63,55 @@ def test_greedy_answers_do_not_depend_on_batch_size(smollm2_fp32):
     finally:
         backend.batch_size = 16
     assert batched == single
+
+
+def test_the_static_cache_path_gives_the_answers_of_the_path_where_rows_leave(smollm2_fp32):
+    """The GPU decode path (every row keeps its slot in a static KV cache until all have stopped: one step shape,
+    captured as a CUDA graph there), run eagerly here: the same answers as the CPU path, greedy and sampled, in a
+    batch with padding and spare slots (6 rows in 8 slots) and in one without (4 rows of one length, where
+    transformers leaves the prefill's mask to the attention)."""
+    backend = smollm2_fp32
+    _, prompts = prompts_for(backend, Task("add"), 2, 12, seed=4)
+    prompts = prompts[:6] + prompts[8:]
+    budget = max_new_tokens(backend, Task("add"), 10, 2)
+    ids, prefix, _ = backend.prepare(prompts[6:], [budget] * 4)
+    assert len({len(x) for x in ids}) == 1 and len(prefix) < len(ids[0]), "the last batch has no padding"
+    ids, prefix, _ = backend.prepare(prompts[:6], [budget] * 6)
+    assert len({len(x) for x in ids}) > 1, "the first batch has"
+    original = (backend.static_decode, backend.batch_size)  # on a GPU the static path is the default
+    backend.batch_size = 6
+    try:
+        for sampling in (GREEDY, Sampling.named("paper")):
+            backend.static_decode = False
+            dynamic = backend.generate(prompts, budget, sampling, seed=list(range(10)))
+            backend.static_decode = True
+            static = backend.generate(prompts, budget, sampling, seed=list(range(10)))
+            assert backend.graph_error is None
+            assert [(g.text, g.tokens) for g in static] == [(g.text, g.tokens) for g in dynamic]
+    finally:
+        backend.static_decode, backend.batch_size = original
+    assert len({g.tokens for g in dynamic}) > 1, "rows stop at different steps: stopped rows ride along"
+
+
+@pytest.mark.skipif(HAS_CUDA, reason="breaks the CPU code generator; CUDA's needs no C++ compiler")
+def test_a_graph_compiler_failure_decodes_the_batch_again_eagerly(smollm2_fp32, monkeypatch):
+    """What happens when graph compilation fails, provoked on the CPU through inductor's C++ compiler."""
+    import torch._inductor.config
+
+    backend = smollm2_fp32
+    _, prompts = prompts_for(backend, Task("add"), 1, 4, seed=3)
+    expected = [g.text for g in backend.generate(prompts, 8, GREEDY)]
+    monkeypatch.setattr(torch._inductor.config.cpp, "cxx", ("/nonexistent/c++",))
+    saved = (backend.static_decode, backend.graphs, backend._step, backend.graph_error)
+    backend.static_decode, backend.graphs, backend.graph_error = True, True, None
+    backend._step = torch.compile(backend._forward, mode="reduce-overhead", dynamic=False)
+    try:
+        with pytest.warns(UserWarning, match="CUDA graph decoding failed .*; decoding eagerly"):
+            texts = [g.text for g in backend.generate(prompts, 8, GREEDY)]
+        assert "C++ compiler" in backend.graph_error and not backend.static_decode and not backend.graphs
+    finally:
+        backend.static_decode, backend.graphs, backend._step, backend.graph_error = saved
+    assert texts == expected
 
 
 def test_generation_stops_at_the_end_of_the_first_line(smollm2_fp32):

@@ -31,6 +31,7 @@ LEARNS = RunConfig(
     eval_every=300,
     eval_formats=["e8m23", "e8m7", "e2m1"],
     threads=1,
+    device="cpu",
 )
 
 
@@ -46,6 +47,7 @@ SMALL = RunConfig(
     eval_every=15,
     test_size=200,
     warmup_steps=3,
+    device="cpu",  # the CPU's numbers, on any machine (the gpu-marked tests below set cuda)
 )
 
 
