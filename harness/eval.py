@@ -266,6 +266,7 @@ def score_cell(backend, cell: Cell, spec: RunSpec, generations, wall: float, tok
         wall_s=wall,
         tokens_per_s=tokens_per_s,
         kernel=backend.kernel,
+        matmul_precision=backend.matmul_precision,
     )
     return row, samples
 

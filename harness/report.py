@@ -92,9 +92,9 @@ def summary_markdown(
     lines += [
         "## Models",
         "",
-        "| model | precision | method | weight bits | weight dtype | activation dtype | kernel | footprint (MB) "
-        "| tokens/s |",
-        "|---|---|---|---:|---|---|---|---:|---:|",
+        "| model | precision | method | weight bits | weight dtype | activation dtype | matmul | kernel "
+        "| footprint (MB) | tokens/s |",
+        "|---|---|---|---:|---|---|---|---|---:|---:|",
     ]
     seen = set()
     for row in rows:
@@ -104,7 +104,8 @@ def summary_markdown(
         speed = [r.tokens_per_s for r in rows if series_label(r) == series_label(row)]
         lines.append(
             f"| {row.model}{' + ' + row.adapter if row.adapter else ''} | {row.precision} | {row.method} | "
-            f"{row.weight_bits} | {row.weight_dtype} | {row.activation_dtype} | {row.kernel or 'not recorded'} | "
+            f"{row.weight_bits} | {row.weight_dtype} | {row.activation_dtype} | "
+            f"{row.matmul_precision or 'not recorded'} | {row.kernel or 'not recorded'} | "
             f"{row.footprint_mb:.0f} | "
             f"{sum(speed) / len(speed):.1f} |"
         )

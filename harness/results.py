@@ -59,6 +59,8 @@ class CellResult:
     # The code that runs the linear layers, read off the loaded model (torch.Linear, bitsandbytes.Linear4bit,
     # gptqmodel.TorchAtenAwqLinear, llama.cpp ...): the same precision runs on other kernels on other machines.
     kernel: str = ""
+    # The matrix multiplies' arithmetic in force: "ieee float32", "ieee float32 (tf32 off)", "tf32", bfloat16, ...
+    matmul_precision: str = ""
     # --invariance-check K: the cell's first K problems generated again one at a time (batch size 1); how many
     # outputs and how many verdicts differ from the batched run. Reduced precision can make greedy answers depend
     # on the batch (padding and kernel choice change the order of float sums).
@@ -73,7 +75,7 @@ class CellResult:
 
 COLUMNS = [f.name for f in fields(CellResult)]
 # Columns added after run directories were already written; a file without them reads them as "" (not recorded).
-LATER_COLUMNS = {"kernel", "flip_k", "flip_outputs", "flip_verdicts"}
+LATER_COLUMNS = {"kernel", "matmul_precision", "flip_k", "flip_outputs", "flip_verdicts"}
 _INT_COLUMNS = {f.name for f in fields(CellResult) if f.type == "int"}
 _FLOAT_COLUMNS = {f.name for f in fields(CellResult) if f.type == "float"}
 

@@ -122,6 +122,24 @@ class ChatBackend:
         """The dtype the matrix multiplies consume: the precision's, unless the loaded kernel uses another."""
         return self.precision.activation_dtype
 
+    @property
+    def matmul_precision(self) -> str:
+        """The matrix multiplies' arithmetic as it is in force when asked (after generating)."""
+        return matmul_precision(self.activation_dtype, getattr(self, "device", "cpu"))
+
+
+def matmul_precision(activation_dtype: str, device: str) -> str:
+    """float32 products say whether torch allowed them fewer mantissa bits (TF32 on a GPU: 10 bits, on by default
+    in some setups; bf16 passes on a CPU); other dtypes are what they say (bfloat16, float16, q8_1, ...)."""
+    if activation_dtype != "float32":
+        return activation_dtype
+    import torch
+
+    mode = torch.get_float32_matmul_precision()  # highest, high or medium
+    if device == "cuda":
+        return "tf32" if torch.backends.cuda.matmul.allow_tf32 or mode != "highest" else "ieee float32 (tf32 off)"
+    return "ieee float32" if mode == "highest" else f"float32, matmul precision {mode} (reduced passes allowed)"
+
 
 def per_prompt(value: int | list[int], count: int) -> list[int]:
     """A per-prompt setting (token budget, sampling seed) given once for all prompts or one per prompt."""

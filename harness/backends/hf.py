@@ -88,6 +88,10 @@ class HFBackend(ChatBackend):
         self.static_decode = self.device == "cuda"
         self.graph_error: str | None = None
         self._static_caches: dict[tuple[int, int], StaticCache] = {}
+        if self.device == "cuda" and self.activation_dtype == "float32":
+            # fp32 means IEEE float32: TF32 (a 10-bit mantissa) off, whatever an imported library set.
+            torch.backends.cuda.matmul.allow_tf32 = False
+            torch.set_float32_matmul_precision("highest")
         self.graphs = self.device == "cuda"  # the static path's steps run as CUDA graphs (else eagerly: tests)
         self._step = None
         if self.graphs:
@@ -108,7 +112,7 @@ class HFBackend(ChatBackend):
 
     @property
     def activation_dtype(self) -> str:
-        return KERNEL_ACTIVATION_DTYPE.get(self.kernel, self.precision.activation_dtype)
+        return KERNEL_ACTIVATION_DTYPE.get(linear_kernel(self.model), self.precision.activation_dtype)
 
     def prepare(self, prompts: list[str], budgets: list[int]):
         """Token ids of every prompt, their shared prefix and its keys and values (computed once)."""

@@ -12,6 +12,7 @@ import matplotlib.image
 
 from harness.results import COLUMNS
 from harness.scoring import RULES
+from tests.devices import HAS_CUDA
 
 from .helpers import ROOT, assert_user_error, command_env, run_module
 
@@ -70,6 +71,10 @@ def test_run_directory_holds_every_output(tmp_path):
         assert row["n"] == "6" and 0 <= int(row["correct"]) <= 6
         assert float(row["ci_low"]) <= float(row["accuracy"]) <= float(row["ci_high"])
     assert {r["weight_dtype"] for r in rows} == {"float32", "bfloat16"}
+    assert {(r["precision"], r["matmul_precision"]) for r in rows} == {
+        ("fp32", "ieee float32" if not HAS_CUDA else "ieee float32 (tf32 off)"),
+        ("bf16", "bfloat16"),
+    }
     assert {r["flip_k"] for r in rows} == {"2"}
     assert {r["flip_outputs"] for r in rows if r["precision"] == "fp32"} == {"0"}, "fp32 on CPU is batch-invariant"
     bf16 = next(r for r in rows if r["precision"] == "bf16")
