@@ -70,6 +70,12 @@ class VLLMBackend(ChatBackend):
         config = getattr(getattr(self.llm, "llm_engine", None), "model_config", None)
         return f"vllm {getattr(config, 'quantization', None) or 'dense'}"
 
+    @property
+    def matmul_precision(self) -> str:
+        """vLLM computes in its own worker processes, whose TF32 setting this process cannot read."""
+        dtype = self.activation_dtype
+        return dtype if dtype != "float32" else "float32 (in vLLM's workers; their TF32 setting not read)"
+
     def generate_batch(self, shared, rows: slice, budgets: list[int], sampling: Sampling, seeds: list[int]):
         """One batch of --batch-size prompts in one LLM.generate call (vLLM schedules them itself)."""
         from vllm import SamplingParams
