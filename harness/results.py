@@ -59,7 +59,7 @@ class CellResult:
     # The code that runs the linear layers, read off the loaded model (torch.Linear, bitsandbytes.Linear4bit,
     # gptqmodel.TorchAtenAwqLinear, llama.cpp ...): the same precision runs on other kernels on other machines.
     kernel: str = ""
-    # The matrix multiplies' arithmetic in force: "ieee float32", "ieee float32 (tf32 off)", "tf32", bfloat16, ...
+    # The matrix multiplies' arithmetic in force: "ieee fp32", "ieee fp32 (tf32 off)", "tf32", bfloat16, ...
     matmul_precision: str = ""
     # --invariance-check K: the cell's first K problems generated again one at a time (batch size 1); how many
     # outputs and how many verdicts differ from the batched run. Reduced precision can make greedy answers depend

@@ -24,6 +24,8 @@ from dataclasses import dataclass
 
 import torch
 
+from harness.backends import float32_matmul
+
 TRAIN_PRECISIONS = ("fp32", "bf16", "bf16-amp", "tf32")
 _FORMAT = re.compile(r"^e(\d+)m(\d+)$")
 
@@ -115,9 +117,7 @@ def set_matmul_precision(precision: str, device: torch.device) -> str:
         torch.set_float32_matmul_precision("high" if tf32 else "highest")
     if precision in REDUCED_MATMUL:
         return REDUCED_MATMUL[precision]
-    if device.type != "cuda":
-        return "ieee fp32"
-    return "tf32" if torch.backends.cuda.matmul.allow_tf32 else "ieee fp32 (tf32 off)"
+    return float32_matmul(device.type)
 
 
 def resolve_device(name: str) -> torch.device:

@@ -129,16 +129,21 @@ class ChatBackend:
 
 
 def matmul_precision(activation_dtype: str, device: str) -> str:
-    """float32 products say whether torch allowed them fewer mantissa bits (TF32 on a GPU: 10 bits, on by default
-    in some setups; bf16 passes on a CPU); other dtypes are what they say (bfloat16, float16, q8_1, ...)."""
-    if activation_dtype != "float32":
-        return activation_dtype
+    """The arithmetic of matrix multiplies that consume ``activation_dtype``: other dtypes are what they say
+    (bfloat16, float16, q8_1, ...); float32 ones are ``float32_matmul``'s."""
+    return float32_matmul(device) if activation_dtype == "float32" else activation_dtype
+
+
+def float32_matmul(device: str) -> str:
+    """What torch's float32 matrix multiplies compute in on ``device`` ("cpu", "cuda") as its flags stand:
+    "ieee fp32" ("ieee fp32 (tf32 off)" on a GPU), "tf32" (a 10-bit mantissa, allowed on GPUs by some setups),
+    or a reduced mode torch was told to allow on a CPU."""
     import torch
 
     mode = torch.get_float32_matmul_precision()  # highest, high or medium
     if device == "cuda":
-        return "tf32" if torch.backends.cuda.matmul.allow_tf32 or mode != "highest" else "ieee float32 (tf32 off)"
-    return "ieee float32" if mode == "highest" else f"float32, matmul precision {mode} (reduced passes allowed)"
+        return "tf32" if torch.backends.cuda.matmul.allow_tf32 or mode != "highest" else "ieee fp32 (tf32 off)"
+    return "ieee fp32" if mode == "highest" else f"fp32 with matmul precision {mode} (reduced passes allowed)"
 
 
 def per_prompt(value: int | list[int], count: int) -> list[int]:

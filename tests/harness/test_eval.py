@@ -72,7 +72,7 @@ def test_run_directory_holds_every_output(tmp_path):
         assert float(row["ci_low"]) <= float(row["accuracy"]) <= float(row["ci_high"])
     assert {r["weight_dtype"] for r in rows} == {"float32", "bfloat16"}
     assert {(r["precision"], r["matmul_precision"]) for r in rows} == {
-        ("fp32", "ieee float32" if not HAS_CUDA else "ieee float32 (tf32 off)"),
+        ("fp32", "ieee fp32" if not HAS_CUDA else "ieee fp32 (tf32 off)"),
         ("bf16", "bfloat16"),
     }
     assert {r["flip_k"] for r in rows} == {"2"}

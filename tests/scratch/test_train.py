@@ -175,21 +175,9 @@ def test_rounding_hook_reaches_every_layer():
 def test_on_cuda_fp32_is_float32_and_tf32_is_its_own_precision(tmp_path):
     """On a GPU: the same seed starts from the same weights; fp32 runs with TF32 off, tf32 with it on, and each
     summary says which was in force."""
-    base = dict(
-        op="add",
-        base=10,
-        length=2,
-        n_embd=32,
-        depth=1,
-        steps=20,
-        batch_size=64,
-        eval_every=20,
-        test_size=200,
-        warmup_steps=2,
-        device="cuda",
-    )
-    fp32 = run(RunConfig(**base, precision="fp32"), tmp_path / "fp32", log=lambda line: None)
-    tf32 = run(RunConfig(**base, precision="tf32"), tmp_path / "tf32", log=lambda line: None)
+    base = replace(SMALL, length=2, depth=1, steps=20, batch_size=64, eval_every=20, warmup_steps=2, device="cuda")
+    fp32 = run(replace(base, precision="fp32"), tmp_path / "fp32", log=quiet)
+    tf32 = run(replace(base, precision="tf32"), tmp_path / "tf32", log=quiet)
     assert fp32["matmul_precision"] == "ieee fp32 (tf32 off)" and tf32["matmul_precision"] == "tf32"
     assert fp32["device"].startswith("cuda") and fp32["n_test"] == tf32["n_test"] == 200
 
