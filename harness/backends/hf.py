@@ -87,7 +87,7 @@ class HFBackend(ChatBackend):
         # rows leave the batch instead (the dynamic path).
         self.static_decode = self.device == "cuda"
         self.graph_error: str | None = None
-        self._static_caches: dict[tuple[int, int], StaticCache] = {}
+        self._static_caches: OrderedDict[tuple[int, int], StaticCache] = OrderedDict()
         if self.device == "cuda" and self.activation_dtype == "float32":
             # fp32 means IEEE float32: TF32 (a 10-bit mantissa) off, whatever an imported library set.
             torch.backends.cuda.matmul.allow_tf32 = False
@@ -230,8 +230,11 @@ class HFBackend(ChatBackend):
         running = torch.arange(size) < rows
         with torch.inference_mode():
             kv = self._static_caches.get((size, length))
-            if kv is None:  # kept: a graph is captured once per cache
+            if kv is None:  # kept, as its graph is captured once; the two most recent only (an 8B model's: GBs each)
                 kv = self._static_caches[(size, length)] = StaticCache(config=self.model.config, max_cache_len=length)
+                while len(self._static_caches) > 2:
+                    self._static_caches.popitem(last=False)
+            self._static_caches.move_to_end((size, length))
             kv.reset()
             # The suffixes (their width varies from batch to batch) are fed eagerly; the steps after, in the graph.
             logits = self._forward(input_ids.to(self.device), mask, positions.to(self.device), kv, prefix_kv)

@@ -94,19 +94,19 @@ def test_the_static_cache_path_gives_the_answers_of_the_path_where_rows_leave(sm
 
 
 @pytest.mark.skipif(HAS_CUDA, reason="breaks the CPU code generator; CUDA's needs no C++ compiler")
-def test_a_graph_compiler_failure_decodes_the_batch_again_eagerly(smollm2_fp32, monkeypatch):
+def test_a_graph_compiler_failure_decodes_the_batch_again_eagerly(smollm2_fp32):
     """What happens when graph compilation fails, provoked on the CPU through inductor's C++ compiler."""
     import torch._inductor.config
 
     backend = smollm2_fp32
     _, prompts = prompts_for(backend, Task("add"), 1, 4, seed=3)
     expected = [g.text for g in backend.generate(prompts, 8, GREEDY)]
-    monkeypatch.setattr(torch._inductor.config.cpp, "cxx", ("/nonexistent/c++",))
     saved = (backend.static_decode, backend.graphs, backend._step, backend.graph_error)
     backend.static_decode, backend.graphs, backend.graph_error = True, True, None
     backend._step = torch.compile(backend._forward, mode="reduce-overhead", dynamic=False)
-    try:
-        with pytest.warns(UserWarning, match="CUDA graph decoding failed .*; decoding eagerly"):
+    try:  # inductor's own patching (pytest's monkeypatch deletes a config entry when it undoes itself)
+        no_compiler = torch._inductor.config.patch({"cpp.cxx": ("/nonexistent/c++",)})
+        with no_compiler, pytest.warns(UserWarning, match="CUDA graph decoding failed .*; decoding eagerly"):
             texts = [g.text for g in backend.generate(prompts, 8, GREEDY)]
         assert "C++ compiler" in backend.graph_error and not backend.static_decode and not backend.graphs
     finally:

@@ -145,11 +145,12 @@ def test_the_compiled_step_takes_the_eager_steps():
         assert losses(a) == pytest.approx(losses(b), rel=1e-5)
 
 
-def test_a_compiler_failure_falls_back_to_eager_training_and_is_recorded(monkeypatch):
+def test_a_compiler_failure_falls_back_to_eager_training_and_is_recorded():
     import torch._inductor.config
 
-    monkeypatch.setattr(torch._inductor.config.cpp, "cxx", ("/nonexistent/c++",))
-    with pytest.warns(UserWarning, match="torch.compile failed .*; training eagerly"):
+    # inductor's own patching (pytest's monkeypatch deletes a config entry when it undoes itself)
+    no_compiler = torch._inductor.config.patch({"cpp.cxx": ("/nonexistent/c++",)})
+    with no_compiler, pytest.warns(UserWarning, match="torch.compile failed .*; training eagerly"):
         summary = run(replace(SMALL, compile="on"), None, log=quiet)
     assert not summary["compiled"] and "C++ compiler" in summary["compile_error"]
     assert losses(summary) == losses(run(SMALL, None, log=quiet)), "the eager steps, from the first"
