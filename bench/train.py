@@ -2,10 +2,10 @@
 
     python -m bench.run --only train --device cuda --out reports/bench-gpu
 
-For each training precision, depth 3 and 5, and the grid's longest sequence of each kind of task
-(scratch/configs/paper.yaml), one run alone and a pack of the three seeds: steps/s, tokens/s, MFU against the
-matrix-multiply rate measured in the same run and dtype (a pack's runs counted together), and the share of a
-step the host spends making the batch. From those, the projected device-hours of the paper grid: a step's time
+For the grid's longest sequence of each kind of task (scratch/configs/paper.yaml): fp32 and bf16 at depth 3 and
+5, one run alone and a pack of the three seeds, and the other precisions packed at depth 3 (``plan``): steps/s,
+tokens/s, MFU against the matrix-multiply rate measured in the same run and dtype (a pack's runs counted
+together), and the share of a step the host spends making the batch. From those, the projected device-hours of the paper grid: a step's time
 fitted as linear in its tokens per (precision, depth, pack), summed over the grid's cells (training steps only;
 evaluation every 5,000 steps is not counted).
 
@@ -39,41 +39,38 @@ def bench_train(repeats: int, threads: int, device_name: str, steps: int = 20) -
     device = resolve_device(device_name)
     torch.set_num_threads(threads)
     on_gpu = device.type == "cuda"
-    batch, depths = (512, (3, 5)) if on_gpu else (4, (3,))
+    batch = 512 if on_gpu else 4
     steps, warm_up = (steps, 3) if on_gpu else (2, 1)
-    precisions = ("fp32", "tf32", "bf16", "bf16-amp") if on_gpu else ("fp32", "bf16", "bf16-amp")
+    measurements = plan(on_gpu)
     gemm = {}
     for precision in ("fp32", "tf32", "bf16"):
-        if precision in precisions:
+        if precision in {p for p, _, _ in measurements}:
             set_matmul_precision(precision, device)
             dtype = torch.bfloat16 if precision == "bf16" else torch.float32
             gemm[precision] = max(measure_matmul_flops(dtype, device=device) for _ in range(repeats))
             log(f"train: {precision} matmul {gemm[precision] / 1e12:.2f} TFLOP/s")
     rows = []
-    for precision in precisions:
+    for precision, depth, runs in measurements:
         matmul = set_matmul_precision(precision, device)
         rate = gemm["bf16" if precision.startswith("bf16") else precision]
-        for depth in depths:
-            for shape, task in SHAPES.items():
-                for runs in (1, PACKED):
-                    config = RunConfig(**task, precision=precision, depth=depth, batch_size=batch, device=str(device))
-                    pack = [replace(config, seed=seed) for seed in range(runs)]
-                    row = time_steps(pack, steps, warm_up, repeats, device)
-                    row.update(
-                        shape=shape,
-                        precision=precision,
-                        matmul_precision=matmul,
-                        depth=depth,
-                        batch_size=batch,
-                        runs_packed=runs,
-                        seq_len=config.task().seq_len,
-                        mfu=row["tokens_per_s"] * row.pop("flops_per_token") / rate,
-                    )
-                    rows.append(row)
-                    log(
-                        f"train {precision} d{depth} {shape} x{runs}: {row['steps_per_s']:.1f} steps/s, "
-                        f"MFU {row['mfu']:.1%}, data {row['data_share']:.1%} of a step"
-                    )
+        for shape, task in SHAPES.items():
+            config = RunConfig(**task, precision=precision, depth=depth, batch_size=batch, device=str(device))
+            row = time_steps([replace(config, seed=seed) for seed in range(runs)], steps, warm_up, repeats, device)
+            row.update(
+                shape=shape,
+                precision=precision,
+                matmul_precision=matmul,
+                depth=depth,
+                batch_size=batch,
+                runs_packed=runs,
+                seq_len=config.task().seq_len,
+                mfu=row["tokens_per_s"] * row.pop("flops_per_token") / rate,
+            )
+            rows.append(row)
+            log(
+                f"train {precision} d{depth} {shape} x{runs}: {row['steps_per_s']:.1f} steps/s, "
+                f"MFU {row['mfu']:.1%}, data {row['data_share']:.1%} of a step"
+            )
     grid = load_sweep(PAPER_GRID)
     projection = project(rows, grid)
     return {
@@ -84,6 +81,16 @@ def bench_train(repeats: int, threads: int, device_name: str, steps: int = 20) -
         "projection": projection,
         "torch": torch.__version__,
     }
+
+
+def plan(on_gpu: bool) -> list[tuple[str, int, int]]:
+    """(precision, depth, runs packed) to time on each shape: the grid's precisions at its depths, alone and
+    packed (what the projection needs), and the other precisions once, packed. Each compiles once on a GPU, so
+    the list is kept short; a CPU times depth 3 only."""
+    depths = (3, 5) if on_gpu else (3,)
+    grid = [(precision, depth, runs) for precision in ("fp32", "bf16") for depth in depths for runs in (1, PACKED)]
+    others = ("tf32", "bf16-amp") if on_gpu else ("bf16-amp",)
+    return grid + [(precision, 3, PACKED) for precision in others]
 
 
 def time_steps(configs: list, steps: int, warm_up: int, repeats: int, device) -> dict:
