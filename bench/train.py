@@ -5,9 +5,9 @@
 For the grid's longest sequence of each kind of task (scratch/configs/paper.yaml): fp32 and bf16 at depth 3 and
 5, one run alone and a pack of the three seeds, and the other precisions packed at depth 3 (``plan``): steps/s,
 tokens/s, MFU against the matrix-multiply rate measured in the same run and dtype (a pack's runs counted
-together), and the share of a step the host spends making the batch. From those, the projected device-hours of the paper grid: a step's time
-fitted as linear in its tokens per (precision, depth, pack), summed over the grid's cells (training steps only;
-evaluation every 5,000 steps is not counted).
+together), and the share of a step the host spends making the batch. From those, the projected device-hours of
+the paper grid: a step's time fitted as linear in its tokens per (precision, depth, pack), summed over the grid's
+cells (training steps only; evaluation every 5,000 steps is not counted).
 
 On a GPU the shapes are the paper's (batch 512, compile and CUDA graphs as scratch.train uses them on CUDA). On
 a CPU the section still runs, at batch 4 and depth 3 only, so that it ends in minutes; its projection is then
