@@ -379,8 +379,15 @@ BENCH = [
     pytest.param("device-cuda", ["--out", "b", "--device", "cuda"], "needs a CUDA GPU", marks=without_cuda),
 ]
 
+DIFF = [
+    ("missing", ["gone", "empty_dir"], "gone does not exist"),
+    ("not-a-run", ["empty_dir", "empty_dir"], "empty_dir has no samples.jsonl"),
+    ("one-run", ["empty_dir"], "required: second"),
+]
+
 MATRIX = {
     "harness.eval": EVAL,
+    "harness.diff": DIFF,
     "harness.problems": PROBLEMS,
     "finetune.data": FINETUNE_DATA,
     "finetune.train": FINETUNE_TRAIN,

@@ -1,0 +1,66 @@
+"""Compare the outputs of two run directories problem by problem: did a device, a kernel or a change of code
+alter what the model wrote?
+
+    python -m harness.diff reports/quick-greedy-n40-seed0 runs/eval/quick-greedy-n40-seed0
+
+Problems are matched by cell (model, precision, adapter, task, base, length) and index; for each series the
+counts of problems in both runs, of identical outputs and of identical verdicts are printed, then the first
+differing outputs. A problem whose expression differs between the runs (another seed) is reported, not compared.
+Reads only; exits 0 whatever it finds.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from harness.cli import ArgParser, UserError, input_path, run
+from harness.report import read_samples
+from harness.results import CellKey
+
+
+def by_problem(directory: Path) -> dict[tuple[CellKey, int], dict]:
+    path = directory / "samples.jsonl"
+    if not path.is_file():
+        raise UserError(f"{directory} has no samples.jsonl; pass run directories written by harness.eval")
+    return {(CellKey.of(sample), int(sample["index"])): sample for sample in read_samples(path)}
+
+
+def compare(first: dict, second: dict, examples: int = 5) -> list[str]:
+    """One line per series (problems in both, identical outputs, identical verdicts), then differing examples."""
+    shared = [key for key in first if key in second]
+    if not shared:
+        return ["no problem is in both runs (other models, precisions, tasks or lengths)"]
+    lines, differing = [], []
+    for series in dict.fromkeys(key[0].series for key in shared):
+        keys = [key for key in shared if key[0].series == series]
+        other_problem = [key for key in keys if first[key]["expression"] != second[key]["expression"]]
+        same = [key for key in keys if key not in other_problem]
+        outputs = sum(first[key]["output"] == second[key]["output"] for key in same)
+        verdicts = sum(bool(first[key]["correct"]) == bool(second[key]["correct"]) for key in same)
+        line = f"{series}: {len(same)} problems in both, {outputs} identical outputs, {verdicts} identical verdicts"
+        if other_problem:
+            line += f" ({len(other_problem)} with another expression at the same index: another seed?)"
+        lines.append(line)
+        differing += [key for key in same if first[key]["output"] != second[key]["output"]]
+    for key in differing[:examples]:
+        cell, index = key
+        lines.append(
+            f"  {cell.series} {cell.task_label} n={cell.length} #{index} {first[key]['expression']}: "
+            f"{first[key]['output'].strip()[:60]!r} | {second[key]['output'].strip()[:60]!r}"
+        )
+    return lines
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = ArgParser(prog="python -m harness.diff", description=__doc__.split("\n\n")[0])
+    parser.add_argument("first", type=input_path, help="a run directory written by harness.eval")
+    parser.add_argument("second", type=input_path, help="another one")
+    args = parser.parse_args(argv)
+    for line in compare(by_problem(args.first), by_problem(args.second)):
+        print(line)
+    return 0
+
+
+if __name__ == "__main__":
+    run(main)
