@@ -11,19 +11,37 @@ Reads only; exits 0 whatever it finds.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from pathlib import Path
 
 from harness.cli import ArgParser, UserError, input_path, run
-from harness.report import read_samples
 from harness.results import CellKey
 
 
 def by_problem(directory: Path) -> dict[tuple[CellKey, int], dict]:
+    """The samples of a run directory by (cell, index); a file harness.eval did not write is one UserError."""
     path = directory / "samples.jsonl"
     if not path.is_file():
         raise UserError(f"{directory} has no samples.jsonl; pass run directories written by harness.eval")
-    return {(CellKey.of(sample), int(sample["index"])): sample for sample in read_samples(path)}
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except UnicodeDecodeError:
+        raise UserError(f"{path} is not UTF-8 text; pass run directories written by harness.eval") from None
+    samples = {}
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            sample = json.loads(line)
+            samples[(CellKey.of(sample), int(sample["index"]))] = sample
+            missing = sorted({"output", "expression", "correct"} - sample.keys())  # what compare reads
+        except (ValueError, KeyError, TypeError, AttributeError) as err:
+            problem = f"no {err}" if isinstance(err, KeyError) else "not a JSON sample"
+            raise UserError(f"{path} line {number}: {problem}; it was not written by harness.eval") from None
+        if missing:
+            raise UserError(f"{path} line {number}: no '{missing[0]}'; it was not written by harness.eval")
+    return samples
 
 
 def compare(first: dict, second: dict, examples: int = 5) -> list[str]:

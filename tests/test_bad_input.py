@@ -379,10 +379,29 @@ BENCH = [
     pytest.param("device-cuda", ["--out", "b", "--device", "cuda"], "needs a CUDA GPU", marks=without_cuda),
 ]
 
+
+def samples(content: str | bytes) -> tuple:
+    return ("empty_dir/samples.jsonl", content)
+
+
+GOOD_SAMPLE = (
+    '{"model": "m", "precision": "fp32", "adapter": "", "task": "add", "operands": 2, "truncate": "", "base": 10, '
+    '"length": 1, "index": 0, "expression": "1 + 1", "output": "2", "correct": true}\n'
+)
 DIFF = [
-    ("missing", ["gone", "empty_dir"], "gone does not exist"),
+    ("missing-first", ["gone", "empty_dir"], "gone does not exist"),
+    ("missing-second", ["empty_dir", "gone"], "gone does not exist"),
     ("not-a-run", ["empty_dir", "empty_dir"], "empty_dir has no samples.jsonl"),
+    ("a-file", ["a_file", "empty_dir"], "a_file has no samples.jsonl"),
     ("one-run", ["empty_dir"], "required: second"),
+    ("no-runs", [], "required: first, second"),
+    ("three-runs", ["empty_dir", "empty_dir", "empty_dir"], "unrecognized arguments"),
+    ("not-json", ["empty_dir", "empty_dir"], "samples.jsonl line 2: not a JSON sample", samples(GOOD_SAMPLE + "{\n")),
+    ("not-utf8", ["empty_dir", "empty_dir"], "is not UTF-8 text", samples(b'{"output": "\xff"}\n')),
+    ("no-index", ["empty_dir", "empty_dir"], "line 1: no 'index'", samples(GOOD_SAMPLE.replace('"index": 0, ', ""))),
+    ("no-output", ["empty_dir", "empty_dir"], "no 'output'", samples(GOOD_SAMPLE.replace('"output": "2",', ""))),
+    ("a-list", ["empty_dir", "empty_dir"], "line 1: not a JSON sample", samples("[1, 2]\n")),
+    ("abbreviated", ["--he"], "--he is not a flag"),
 ]
 
 MATRIX = {
