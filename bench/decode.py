@@ -74,25 +74,20 @@ def copy_rate(device: str, megabytes: int = 1024, seconds: float = 1.0) -> float
     """Bytes per second the device moves in a large tensor copy (each byte read once and written once)."""
     import torch
 
+    from scratch.train import synchronize
+
     source = torch.empty(megabytes << 20, dtype=torch.uint8, device=device)
     target = torch.empty_like(source)
     target.copy_(source)
-    _synchronize(device)
+    synchronize(device)
     count, started = 0, time.perf_counter()
     while time.perf_counter() - started < seconds:
         target.copy_(source)
         count += 1
         if count % 8 == 0:
-            _synchronize(device)
-    _synchronize(device)
+            synchronize(device)
+    synchronize(device)
     return 2 * source.numel() * count / (time.perf_counter() - started)
-
-
-def _synchronize(device: str) -> None:
-    import torch
-
-    if device.startswith("cuda"):
-        torch.cuda.synchronize(device)
 
 
 def bench_decode(architecture: str, device: str, repeats: int, threads: int, rows: int = 256, budget: int = 32) -> dict:
@@ -103,6 +98,7 @@ def bench_decode(architecture: str, device: str, repeats: int, threads: int, row
     from harness.backends.hf import HFBackend
     from harness.backends.shared_prefix import NAME as SHARED_PREFIX
     from harness.models import get_model, get_precision
+    from scratch.train import synchronize
 
     torch.set_num_threads(threads)
     dtype = "fp32" if device == "cpu" else "bf16"
@@ -134,10 +130,10 @@ def bench_decode(architecture: str, device: str, repeats: int, threads: int, row
         ours, theirs = [], []
         for _ in range(repeats):
             model.set_attn_implementation(SHARED_PREFIX)
-            _synchronize(device)
+            synchronize(device)
             started = time.perf_counter()
             generations = backend.generate(prompts, budget, sampling, seed=list(range(rows)))
-            _synchronize(device)
+            synchronize(device)
             ours.append((sum(g.tokens for g in generations), time.perf_counter() - started))
             options = {"do_sample": False, "top_k": None, "top_p": None, "temperature": None}
             if sampling.do_sample:
@@ -146,7 +142,7 @@ def bench_decode(architecture: str, device: str, repeats: int, threads: int, row
             started = time.perf_counter()
             with torch.inference_mode():
                 out = model.generate(**encoded, max_new_tokens=budget, pad_token_id=backend.pad_id, **options)
-            _synchronize(device)
+            synchronize(device)
             produced = int((out[:, encoded["input_ids"].shape[1] :] != backend.pad_id).sum())
             theirs.append((produced, time.perf_counter() - started))
         model.set_attn_implementation(SHARED_PREFIX)

@@ -219,9 +219,6 @@ def flops_of_work(problems: list[dict], outputs: list[str], tokenizer, batch_siz
     return per_token * fed
 
 
-# ---------------------------------------------------------------- 2. training throughput
-
-
 # ---------------------------------------------------------------- 3. data generation
 
 

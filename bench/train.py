@@ -32,6 +32,7 @@ PACKED = 3  # the seeds of a cell
 def bench_train(repeats: int, threads: int, device_name: str, steps: int = 20) -> dict:
     import torch
 
+    from bench.run import log  # bench.run imports this module: a function-level import
     from scratch.numerics import resolve_device, set_matmul_precision
     from scratch.sweep import load_sweep
     from scratch.train import RunConfig, measure_matmul_flops
@@ -95,10 +96,8 @@ def plan(on_gpu: bool) -> list[tuple[str, int, int]]:
 
 def time_steps(configs: list, steps: int, warm_up: int, repeats: int, device) -> dict:
     """Median over ``repeats`` passes of ``steps`` training steps (after warm-up steps, which compile on a GPU)."""
-    import torch
-
     from scratch.data import Problems
-    from scratch.train import Pack
+    from scratch.train import Pack, pack_batch, synchronize
 
     pack = Pack(configs, device)
     problems = [Problems(c.task(), c.seed, 1, device) for c in configs]
@@ -106,8 +105,7 @@ def time_steps(configs: list, steps: int, warm_up: int, repeats: int, device) ->
 
     def one_step() -> float:
         started = time.perf_counter()
-        batches = [p.train_batch(batch) for p in problems]
-        tokens, mask = torch.stack([b[0] for b in batches]), torch.stack([b[1] for b in batches])
+        tokens, mask = pack_batch(problems, batch)
         made = time.perf_counter() - started
         pack.step(tokens, mask, 1e-3)
         return made
@@ -116,10 +114,10 @@ def time_steps(configs: list, steps: int, warm_up: int, repeats: int, device) ->
         one_step()
     passes = []
     for _ in range(repeats):
-        _synchronize(device)
+        synchronize(device)
         started = time.perf_counter()
         data = sum(one_step() for _ in range(steps))
-        _synchronize(device)
+        synchronize(device)
         passes.append((time.perf_counter() - started, data))
     seconds, data = sorted(passes)[len(passes) // 2]
     tokens = len(configs) * batch * configs[0].task().seq_len * steps
@@ -129,13 +127,6 @@ def time_steps(configs: list, steps: int, warm_up: int, repeats: int, device) ->
         "data_share": data / seconds,
         "flops_per_token": pack.models[0].flops_per_token(configs[0].task().seq_len),
     }
-
-
-def _synchronize(device) -> None:
-    import torch
-
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
 
 
 def project(rows: list[dict], grid) -> dict:
@@ -198,9 +189,3 @@ def train_markdown(result: dict) -> list[str]:
         missing = f" (not measured, left out: {', '.join(entry['not_measured'])})" if entry["not_measured"] else ""
         lines.append(f"- {label}: {entry['hours']:,.1f} device-hours{missing}")
     return [*lines, ""]
-
-
-def log(message: str) -> None:
-    from bench.run import log as bench_log
-
-    bench_log(message)

@@ -60,6 +60,12 @@ def run(main: Callable[[Sequence[str] | None], int | None], argv: Sequence[str] 
     sys.exit(code or 0)
 
 
+def one_line(err: BaseException) -> str:
+    """An exception as its type and the first line of its message (compiler errors run to pages)."""
+    lines = str(err).strip().splitlines()
+    return f"{type(err).__name__}: {lines[0] if lines else ''}"
+
+
 @dataclass(frozen=True)
 class Bound:
     """The allowed range of one numeric setting. ``above``/``below`` are exclusive ends; ``why`` explains the

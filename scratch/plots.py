@@ -18,9 +18,12 @@ def frame(rows: list[dict]) -> pd.DataFrame:
     for column in ("accuracy", "ci_low", "ci_high", "tokens_per_s", "mfu", "wall_s"):
         df[column] = df[column].astype(float)
     df["eval_format"] = df["eval_format"].fillna("").astype(str)
-    for column, default in [("steps_per_s", float("nan")), ("runs_packed", 1)]:  # older rows leave them empty
-        if column in df:
-            df[column] = pd.to_numeric(df[column], errors="coerce").fillna(default)
+    # Columns later sweeps added: absent from older files (or empty in older rows) they read as their default.
+    if "device" not in df:
+        df["device"] = "cpu"
+    for column, default in [("steps_per_s", float("nan")), ("runs_packed", 1)]:
+        values = pd.to_numeric(df[column], errors="coerce") if column in df else pd.Series(float("nan"), df.index)
+        df[column] = values.fillna(default)
     return df
 
 
@@ -172,9 +175,6 @@ def summary_markdown(rows: list[dict]) -> str:
         order = sorted(table.index, key=lambda name: (-int(name.split("m")[1]), -int(name[1:].split("m")[0])))
         lines += [f"| {name} | " + " | ".join(f"{table.loc[name, n]:.3f}" for n in lengths) + " |" for name in order]
         lines.append("")
-    for column, default in [("device", "cpu"), ("runs_packed", 1), ("steps_per_s", float("nan"))]:
-        if column not in native:  # rows written before these columns existed
-            native = native.assign(**{column: default})
     speed = native.groupby(["precision", "device", "runs_packed"])[["tokens_per_s", "steps_per_s", "mfu"]].median()
     lines += [
         "## Training throughput (median over cells; a process's packed runs counted together)",

@@ -260,9 +260,10 @@ def worker_devices(config: SweepConfig) -> list[str]:
     return [str(device)]
 
 
-def execute(config: SweepConfig, todo: list[RunConfig], out: Path, on_rows) -> None:
-    """Run every pack of ``todo``; ``on_rows`` gets each finished cell's rows."""
-    work = packs(todo, config.pack)
+def execute(config: SweepConfig, work: list[list[RunConfig]], devices: list[str], out: Path, on_rows) -> None:
+    """Run every pack of ``work`` (locally, one at a time per worker of ``devices``); ``on_rows`` gets each finished
+    cell's rows."""
+    work = list(work)
     if config.launcher == "slurm":
         try:
             import submitit
@@ -275,7 +276,7 @@ def execute(config: SweepConfig, todo: list[RunConfig], out: Path, on_rows) -> N
             for rows in job.result():
                 on_rows(rows)
         return
-    free = worker_devices(config)
+    free = list(devices)
     with ProcessPoolExecutor(max_workers=len(free), mp_context=get_context("spawn")) as pool:
         running: dict = {}
         while work or running:
@@ -311,13 +312,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     grid = cells(config)
     todo = [c for c in grid if cell_key(c) not in done]
     total = len(grid)
+    work = packs(todo, config.pack)
+    devices = [] if config.launcher == "slurm" else worker_devices(config)
+    where = f"on {len(devices)} worker(s) ({', '.join(sorted(set(devices)))})"
     if config.launcher == "slurm":
         where = "as tasks of a Slurm job array"
-    else:
-        devices = worker_devices(config)
-        where = f"on {len(devices)} worker(s) ({', '.join(sorted(set(devices)))})"
     print(
-        f"{total - len(todo)} of {total} cells done; running {len(todo)} in {len(packs(todo, config.pack))} "
+        f"{total - len(todo)} of {total} cells done; running {len(todo)} in {len(work)} "
         f"pack(s) of at most {config.pack} {where}",
         file=sys.stderr,
     )
@@ -339,7 +340,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
 
     try:
-        execute(config, todo, args.out, record)
+        execute(config, work, devices, args.out, record)
     finally:
         progress.close()
     write_plots(args.out, rows)

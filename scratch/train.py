@@ -49,6 +49,7 @@ from harness.cli import (
     Bound,
     UserError,
     name_list,
+    one_line,
     output_dir,
     unique,
 )
@@ -172,19 +173,20 @@ def measure_matmul_flops(
         size = max(size, 4096)  # a small product measures launch overhead on a GPU, not its rate
     a, b = torch.randn(size, size, dtype=dtype, device=device), torch.randn(size, size, dtype=dtype, device=device)
     a @ b
-    _synchronize(device)
+    synchronize(device)
     count, started = 0, time.perf_counter()
     while time.perf_counter() - started < seconds:
         a @ b
         count += 1
         if device.type == "cuda" and count % 16 == 0:
-            _synchronize(device)
-    _synchronize(device)
+            synchronize(device)
+    synchronize(device)
     return 2 * size**3 * count / (time.perf_counter() - started)
 
 
-def _synchronize(device: torch.device) -> None:
-    if device.type == "cuda":
+def synchronize(device: torch.device | str) -> None:
+    """Wait for the device's queued work (a no-op on the CPU): what a timer must do before reading the clock."""
+    if torch.device(device).type == "cuda":
         torch.cuda.synchronize(device)
 
 
@@ -267,8 +269,8 @@ class Pack:
         self.params, _ = torch.func.stack_module_state(self.models)
         self.buffers = dict(self.models[0].named_buffers())  # RoPE tables: the same for every run
         config = configs[0]
-        decay = [p for name, p in self.params.items() if p.dim() - 1 >= 2]
-        no_decay = [p for name, p in self.params.items() if p.dim() - 1 < 2]
+        decay = [p for p in self.params.values() if p.dim() - 1 >= 2]  # the leading dimension is the run's
+        no_decay = [p for p in self.params.values() if p.dim() - 1 < 2]
         groups = [{"params": decay, "weight_decay": config.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
         # Pure bf16: AdamW keeps its state in the parameters' dtype, so moments are bf16 too (the paper's setting).
         # Fused (one kernel for all tensors) on CUDA; the CPU keeps the default for unchanged results.
@@ -312,7 +314,7 @@ class Pack:
         except Exception as err:  # noqa: BLE001 (a compiler failure must not end a run that eager mode can make)
             if not self.compiled or self.compile_error is not None or self.steps_taken:
                 raise
-            self.compile_error = f"{type(err).__name__}: {str(err).strip().splitlines()[0] if str(err).strip() else ''}"
+            self.compile_error = one_line(err)
             warnings.warn(f"torch.compile failed ({self.compile_error}); training eagerly", stacklevel=2)
             self.losses, self.compiled = self._losses, False
             self.optimizer.zero_grad(set_to_none=True)
@@ -353,6 +355,12 @@ class Pack:
             for index in states[0]["state"]
         }
         self.optimizer.load_state_dict({"state": merged, "param_groups": states[0]["param_groups"]})
+
+
+def pack_batch(problems: Sequence[Problems], batch_size: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each run's next training batch, stacked: tokens and mask (runs, batch, sequence)."""
+    batches = [p.train_batch(batch_size) for p in problems]
+    return torch.stack([b[0] for b in batches]), torch.stack([b[1] for b in batches])
 
 
 def compiles(config: RunConfig, device: torch.device) -> bool:
@@ -413,8 +421,7 @@ def run_pack(
     while step < config.steps:
         lr = config.lr * cosine_with_warmup(step, config.warmup_steps, config.steps)
         data_started = time.perf_counter()
-        batches = [p.train_batch(config.batch_size) for p in problems]
-        tokens, mask = torch.stack([b[0] for b in batches]), torch.stack([b[1] for b in batches])
+        tokens, mask = pack_batch(problems, config.batch_size)
         data_seconds += time.perf_counter() - data_started
         losses = pack.step(tokens, mask, lr)
         step += 1

@@ -28,7 +28,7 @@ from harness.backends import (
     shared_prefix,
 )
 from harness.backends.sampling import gumbel_choice, warped_candidates
-from harness.cli import UserError
+from harness.cli import UserError, one_line
 from harness.models import PrecisionSpec
 from harness.quiet import quiet_gptqmodel, quiet_transformers
 from harness.weights import quantization_config
@@ -160,8 +160,7 @@ class HFBackend(ChatBackend):
             except Exception as err:  # noqa: BLE001 (a compiler failure must not end what eager decoding can do)
                 if not self.graphs:
                     raise
-                message = str(err).strip().splitlines()[0] if str(err).strip() else ""
-                self.graph_error = f"{type(err).__name__}: {message}"
+                self.graph_error = one_line(err)
                 warnings.warn(f"CUDA graph decoding failed ({self.graph_error}); decoding eagerly", stacklevel=2)
                 self.static_decode = self.graphs = False
         if generated is None:  # the batch again from its start, on the dynamic path

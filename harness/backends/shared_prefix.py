@@ -44,10 +44,9 @@ def shared_prefix_attention(
         # queries from the cache's start, aligned upper-left (a static cache's prefill sees keys 0..i, not the
         # unwritten slots after them).
         attention_mask = torch.ones(length, keys, dtype=torch.bool, device=query.device).tril()[None, None]
-    if attention_mask is not None and attention_mask.dtype == torch.bool:
-        own = own.masked_fill(~attention_mask[:, :, None], float("-inf"))
-    elif attention_mask is not None:
-        own = own + attention_mask[:, :, None]
+    if attention_mask is not None:
+        mask = attention_mask[:, :, None]
+        own = own.masked_fill(~mask, float("-inf")) if mask.dtype == torch.bool else own + mask
     own = own.view(batch, kv_heads, groups * length, keys)
     prefix = shared_prefix[module.layer_idx] if shared_prefix else None
     if prefix is None:
