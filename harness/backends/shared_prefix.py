@@ -4,8 +4,10 @@ Every prompt of a cell starts with the same ~140 tokens (chat header and the pap
 Replicating their keys and values for each of B rows costs B copies, and a KV cache that grows by
 concatenation copies them all again at every decoding step. Here the KV cache holds only each row's own
 tokens (padding, expression, answer); the prefix's keys and values live once per layer, shape
-[1, kv_heads, P, head_dim], and each attention call scores the queries against both and takes one softmax
-over the concatenated scores: the same mathematics as attending over the full sequence.
+[1, kv_heads, P, head_dim]. A decoding step (one query a row) scores it against both, the prefix read once for
+all rows, and takes one softmax over the concatenated scores; a prompt's suffix (many queries a row) joins the
+prefix to its rows' keys for torch's fused attention (scaled_dot_product_attention), where one copy per row is
+small next to the work. Either way the same mathematics as attending over the full sequence.
 
 Registered with transformers' AttentionInterface (and sdpa's mask builder), so the model code is untouched; the
 prefix reaches it as the ``shared_prefix`` keyword of the model's forward call, which transformers hands down to
@@ -33,37 +35,61 @@ def shared_prefix_attention(
     **kwargs,
 ) -> tuple[torch.Tensor, None]:
     batch, heads, length, dim = query.shape
-    kv_heads, keys = key.shape[1], key.shape[2]
-    groups = heads // kv_heads
     scaling = dim**-0.5 if scaling is None else scaling
-    # Query heads j*groups .. (j+1)*groups-1 read kv head j (transformers' repeat_kv layout).
-    q = query.reshape(batch, kv_heads, groups * length, dim)
-    own = (q @ key.transpose(-1, -2)).view(batch, kv_heads, groups, length, keys) * scaling
     if attention_mask is None and length > 1:
         # transformers leaves the mask out where sdpa's is_causal would do: one query (which sees every key), or
         # queries from the cache's start, aligned upper-left (a static cache's prefill sees keys 0..i, not the
         # unwritten slots after them).
-        attention_mask = torch.ones(length, keys, dtype=torch.bool, device=query.device).tril()[None, None]
+        attention_mask = torch.ones(length, key.shape[2], dtype=torch.bool, device=query.device).tril()[None, None]
+    prefix = shared_prefix[module.layer_idx] if shared_prefix else None
+    if prefix is not None and length == 1:
+        out = _one_query_over_the_prefix(query, key, value, attention_mask, scaling, prefix)
+    else:
+        if prefix is not None:
+            # Many queries a row (a prompt's suffix): its own copy of the prefix's keys costs little next to them,
+            # and the fused kernel (flash / memory-efficient on a GPU, flash on a CPU) takes the joined keys.
+            key, value, attention_mask = _joined(prefix, key, value, attention_mask)
+        out = torch.nn.functional.scaled_dot_product_attention(
+            query, key, value, attn_mask=attention_mask, scale=scaling, enable_gqa=heads != key.shape[1]
+        )
+    return out.transpose(1, 2).contiguous(), None
+
+
+def _joined(prefix, key, value, attention_mask):
+    """The prefix's keys and values before each row's own, and the mask widened to see all of the prefix."""
+    batch, split = key.shape[0], prefix[0].shape[2]
+    key = torch.cat([prefix[0].expand(batch, -1, -1, -1), key], dim=2)
+    value = torch.cat([prefix[1].expand(batch, -1, -1, -1), value], dim=2)
+    if attention_mask is not None:
+        rows, _, length, _ = attention_mask.shape
+        seen = torch.ones if attention_mask.dtype == torch.bool else torch.zeros
+        visible = seen((rows, 1, length, split), dtype=attention_mask.dtype, device=attention_mask.device)
+        attention_mask = torch.cat([visible, attention_mask], dim=-1)
+    return key, value, attention_mask
+
+
+def _one_query_over_the_prefix(query, key, value, attention_mask, scaling, prefix) -> torch.Tensor:
+    """A decoding step: rows folded into the matrix dimension, so one matmul per kv head reads the prefix once for
+    all rows (joining the prefix to every row's keys would copy it B times a step), one softmax over both."""
+    batch, heads, length, dim = query.shape
+    kv_heads, keys = key.shape[1], key.shape[2]
+    groups = heads // kv_heads
+    # Query heads j*groups .. (j+1)*groups-1 read kv head j (transformers' repeat_kv layout).
+    q = query.reshape(batch, kv_heads, groups * length, dim)
+    own = (q @ key.transpose(-1, -2)).view(batch, kv_heads, groups, length, keys) * scaling
     if attention_mask is not None:
         mask = attention_mask[:, :, None]
         own = own.masked_fill(~mask, float("-inf")) if mask.dtype == torch.bool else own + mask
     own = own.view(batch, kv_heads, groups * length, keys)
-    prefix = shared_prefix[module.layer_idx] if shared_prefix else None
-    if prefix is None:
-        probs = torch.softmax(own, dim=-1)
-        out = probs @ value
-    else:
-        prefix_key, prefix_value = prefix[0][0], prefix[1][0]  # [kv, P, D]
-        split = prefix_key.shape[1]
-        # Rows folded into the matrix dimension: one matmul per kv head reads the prefix once for all rows.
-        rows = q.transpose(0, 1).reshape(kv_heads, batch * groups * length, dim)
-        shared = (rows @ prefix_key.transpose(-1, -2)).view(kv_heads, batch, groups * length, split).transpose(0, 1)
-        probs = torch.softmax(torch.cat([shared * scaling, own], dim=-1), dim=-1)
-        weights = probs[..., :split].transpose(0, 1).reshape(kv_heads, batch * groups * length, split)
-        from_prefix = (weights @ prefix_value).view(kv_heads, batch, groups * length, dim).transpose(0, 1)
-        out = from_prefix + probs[..., split:] @ value
-    out = out.view(batch, kv_heads, groups, length, dim).reshape(batch, heads, length, dim)
-    return out.transpose(1, 2).contiguous(), None
+    prefix_key, prefix_value = prefix[0][0], prefix[1][0]  # [kv, P, D]
+    split = prefix_key.shape[1]
+    rows = q.transpose(0, 1).reshape(kv_heads, batch * groups * length, dim)
+    shared = (rows @ prefix_key.transpose(-1, -2)).view(kv_heads, batch, groups * length, split).transpose(0, 1)
+    probs = torch.softmax(torch.cat([shared * scaling, own], dim=-1), dim=-1)
+    weights = probs[..., :split].transpose(0, 1).reshape(kv_heads, batch * groups * length, split)
+    from_prefix = (weights @ prefix_value).view(kv_heads, batch, groups * length, dim).transpose(0, 1)
+    out = from_prefix + probs[..., split:] @ value
+    return out.view(batch, kv_heads, groups, length, dim).reshape(batch, heads, length, dim)
 
 
 AttentionInterface.register(NAME, shared_prefix_attention)
