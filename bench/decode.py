@@ -163,7 +163,32 @@ def bench_decode(architecture: str, device: str, repeats: int, threads: int, row
             f"roofline), transformers {speed['transformers']:.0f} tok/s"
         )
     results["paper_vs_greedy"] = results["greedy"]["numprec_tokens_per_s"] / results["paper"]["numprec_tokens_per_s"]
+    results["vocabulary_seconds"] = vocabulary_seconds(model, rows, budget, device, repeats)
     return results
+
+
+def vocabulary_seconds(model, rows: int, steps: int, device: str, repeats: int) -> float:
+    """Seconds that ``steps`` greedy steps at ``rows`` rows spend in the work every decode loop does whatever its
+    design: the output head's rows x vocabulary logits and their argmax (timed alone, median of ``repeats``). With
+    a small model and a large vocabulary this, not the loop, is most of a step, and it bounds any loop's speedup:
+    at most generate()'s time over this."""
+    import torch
+
+    from bench.run import median
+    from scratch.train import synchronize
+
+    head = model.get_output_embeddings()
+    hidden = torch.randn(rows, 1, head.in_features, device=device, dtype=head.weight.dtype)
+    times = []
+    with torch.inference_mode():
+        for _ in range(repeats + 1):  # the first warms up
+            synchronize(device)
+            started = time.perf_counter()
+            for _ in range(steps):
+                head(hidden)[:, -1, :].float().argmax(-1)
+            synchronize(device)
+            times.append(time.perf_counter() - started)
+    return median(times[1:])
 
 
 def decode_markdown(title: str, result: dict) -> list[str]:
@@ -180,6 +205,17 @@ def decode_markdown(title: str, result: dict) -> list[str]:
             f"{result['weight_bytes_per_step'] / 1e9:.2f} GB of weights, so the roofline at batch {result['rows']} "
             f"is {result['roofline_tokens_per_s']:,.0f} tokens/s. The paper's sampling runs at "
             f"1/{result['paper_vs_greedy']:.2f} of greedy.",
+            "",
+        ]
+    if "vocabulary_seconds" in result:
+        greedy = result["greedy"]
+        generate_seconds = greedy["transformers_tokens"] / greedy["transformers_tokens_per_s"]
+        vocabulary = result["vocabulary_seconds"]
+        lines += [
+            f"Work every loop does, timed alone: {result['budget']} steps of the output head's {result['rows']} x "
+            f"vocabulary logits and their argmax take {vocabulary:.2f} s, {vocabulary / generate_seconds:.0%} of "
+            f"generate()'s greedy run ({generate_seconds:.2f} s); no decode loop can be more than "
+            f"{generate_seconds / vocabulary:.1f}x faster than generate() greedy on this model and machine.",
             "",
         ]
     lines += [

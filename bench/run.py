@@ -331,15 +331,37 @@ def machine() -> dict:
     for name in ("lm_eval", "llama_cpp_python", "bitsandbytes", "compressed-tensors"):
         with contextlib.suppress(PackageNotFoundError):
             versions[name] = version(name)
-    return {"cpu": cpu, "cores": os.cpu_count(), "python": platform.python_version(), "versions": versions}
+    return {
+        "cpu": cpu,
+        "instructions": cpu_instructions(),
+        "cores": os.cpu_count(),
+        "python": platform.python_version(),
+        "versions": versions,
+    }
+
+
+def cpu_instructions() -> str:
+    """The vector instructions torch's CPU kernels use here, and whether the CPU has bf16 ones: machines of one
+    name differ (an AVX2-only EPYC multiplies bf16 several times slower than fp32, one with AMX several times
+    faster), so each run of a merged report says which it had."""
+    import torch
+
+    from harness.backends import cpu_bf16_instructions
+
+    bf16 = ", ".join(cpu_bf16_instructions()) or "none"
+    return f"{torch.backends.cpu.get_cpu_capability()}, bf16 instructions: {bf16}"
 
 
 def markdown(results: dict) -> str:
     lines = ["# numprec bench", "", "Produced by:", ""]
-    lines += [f"- `{run['command']}` ({run['date']}: {', '.join(run['sections'])})" for run in results["runs"]]
+    for entry in results["runs"]:
+        where = f"; {entry['instructions']}" if "instructions" in entry else ""
+        lines.append(f"- `{entry['command']}` ({entry['date']}: {', '.join(entry['sections'])}{where})")
     lines.append("")
     info = results["machine"]
-    lines += [f"Machine: {info['cpu']}, {info['cores']} cores, Python {info['python']}  "]
+    instructions = f" ({info['instructions']})" if "instructions" in info else ""
+    cores = f"{info['cores']} cores, Python {info['python']}"
+    lines += [f"Machine of the latest run: {info['cpu']}{instructions}, {cores}  "]
     lines += ["Libraries: " + ", ".join(f"{k} {v}" for k, v in sorted(info["versions"].items())), ""]
     if "eval" in results:
         e = results["eval"]
@@ -436,8 +458,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         if results
         else []
     )
-    runs.append({"command": command, "sections": sections, "date": time.strftime("%Y-%m-%d %H:%M")})
-    results.update(runs=runs, command=command, date=runs[-1]["date"], machine=machine())
+    here = machine()
+    date = time.strftime("%Y-%m-%d %H:%M")
+    runs.append({"command": command, "sections": sections, "date": date, "instructions": here["instructions"]})
+    results.update(runs=runs, command=command, date=date, machine=here)
     with tempfile.TemporaryDirectory() as scratch_dir:
         work = Path(scratch_dir)
         for section in sections:

@@ -92,6 +92,18 @@ def cpu_pinned_memory_workaround() -> None:
     IntermediatesCache.pin_memory = lambda self, batch_index, input_names=None: None
 
 
+def calibration_dtype() -> str:
+    """bfloat16, the checkpoint's dtype, where the hardware multiplies it natively (a GPU, a CPU with bf16
+    instructions); float32 on other CPUs, where bfloat16 matmuls run several times slower than float32 (AWQ's
+    calibration of the default model took 8 minutes in bf16 on an AVX2-only CPU). Recorded in the checkpoint's
+    numprec_quantize.json; the saved checkpoint is bfloat16 either way."""
+    import torch
+
+    from harness.backends import cpu_bf16_instructions
+
+    return "bfloat16" if torch.accelerator.is_available() or cpu_bf16_instructions() else "float32"
+
+
 def quantize(model_name: str, method: str, bits: int, group_size: int, out: Path, samples: int, seed: int) -> dict:
     import torch
     from datasets import Dataset
@@ -102,7 +114,8 @@ def quantize(model_name: str, method: str, bits: int, group_size: int, out: Path
     source = resolve_weights(model)
     torch.manual_seed(seed)
     tokenizer = AutoTokenizer.from_pretrained(source)
-    network = AutoModelForCausalLM.from_pretrained(source, dtype=torch.bfloat16)
+    calibration = calibration_dtype()
+    network = AutoModelForCausalLM.from_pretrained(source, dtype=getattr(torch, calibration))
     texts = calibration_texts(tokenizer, samples, seed)
     dataset = Dataset.from_dict(tokenizer(texts, add_special_tokens=False))
     if method == "awq":
@@ -116,6 +129,7 @@ def quantize(model_name: str, method: str, bits: int, group_size: int, out: Path
         num_calibration_samples=len(texts),
     )
     seconds = time.perf_counter() - started
+    network.to(torch.bfloat16)  # the checkpoint's dtype (scales, embedding), whatever the calibration ran in
     staging = out.with_name(out.name + ".partial")
     shutil.rmtree(staging, ignore_errors=True)
     network.save_pretrained(staging, save_compressed=True)
@@ -128,6 +142,7 @@ def quantize(model_name: str, method: str, bits: int, group_size: int, out: Path
         "group_size": group_size,
         "calibration_samples": len(texts),
         "calibration_tasks": list(CALIBRATION_TASKS),
+        "calibration_dtype": calibration,
         "seed": seed,
         "seconds": round(seconds, 1),
         "versions": _versions("llmcompressor", "compressed-tensors", "transformers", "torch"),
