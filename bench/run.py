@@ -19,7 +19,8 @@ Writes DIR/results.json and DIR/results.md. Shared machines are noisy: every fig
 4. memory  peak RSS of an evaluation process per precision.
 5. loop    the decode loop's own overhead: a tiny random Llama (the default model's tokenizer) generating for
            the same 256 prompts at batch 256, numprec's backend against transformers' generate(), greedy and the
-           paper's sampling, generated tokens per second and the memory roofline (bench/decode.py).
+           paper's sampling, generated tokens per second, the memory roofline, and the time of the work every
+           loop does (the output head's logits and their argmax), which bounds any loop's speedup (bench/decode.py).
 """
 
 from __future__ import annotations

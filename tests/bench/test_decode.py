@@ -2,7 +2,7 @@
 
 import torch
 
-from bench.decode import copy_rate, random_llama
+from bench.decode import bench_decode, copy_rate, decode_markdown, random_llama
 from harness.backends import Sampling
 from harness.backends.hf import HFBackend
 from harness.models import get_model, get_precision
@@ -30,3 +30,15 @@ def test_bf16_models_are_built_in_bf16_and_the_copy_rate_is_a_rate():
     assert {p.dtype for p in model.parameters()} == {torch.bfloat16}
     assert torch.get_default_dtype() == torch.float32, "the default dtype is restored"
     assert 1e8 < copy_rate("cpu", megabytes=16, seconds=0.1) < 1e13
+
+
+def test_the_loop_section_times_both_loops_and_the_work_every_loop_shares():
+    rows, budget = 8, 4
+    result = bench_decode("tiny", "cpu", repeats=1, threads=1, rows=rows, budget=budget)
+    for name in ("greedy", "paper"):
+        timed = result[name]
+        assert 0 < timed["numprec_tokens"] <= rows * budget and 0 < timed["transformers_tokens"] <= rows * budget
+        assert timed["speedup"] == timed["numprec_tokens_per_s"] / timed["transformers_tokens_per_s"]
+    assert result["vocabulary_seconds"] > 0
+    text = "\n".join(decode_markdown("The decode loop's overhead", result))
+    assert "no decode loop can be more than" in text and "| greedy |" in text and "| paper |" in text
