@@ -4,8 +4,9 @@ generates, and is scored through harness.eval; GPU-only paths stop with one line
 import json
 
 import pytest
+import torch
 
-from harness.backends import Sampling
+from harness.backends import Sampling, cpu_bf16_instructions
 from harness.models import get_model, get_precision
 from harness.problems import Task, generate
 from harness.prompts import user_message
@@ -118,6 +119,10 @@ def test_gptq_checkpoint_is_4bit_and_is_evaluated(gptq_checkpoint, tmp_path):
     assert config["quant_method"] == "compressed-tensors" and weights["num_bits"] == 4 and weights["group_size"] == 64
     info = json.loads((gptq_checkpoint / "numprec_quantize.json").read_text())
     assert info["calibration_samples"] == 8 and info["method"] == "gptq"
+    # Calibrated in bf16 only where the hardware multiplies it natively; saved in bf16 either way.
+    native = torch.cuda.is_available() or bool(cpu_bf16_instructions())
+    assert info["calibration_dtype"] == ("bfloat16" if native else "float32")
+    assert json.loads((gptq_checkpoint / "config.json").read_text())["dtype"] == "bfloat16"
     out = tmp_path / "run"
     result = run_module(
         "harness.eval",
