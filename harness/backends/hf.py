@@ -73,7 +73,7 @@ class HFBackend(ChatBackend):
     def _setup(self, model, tokenizer, precision: PrecisionSpec, batch_size: int) -> None:
         self.model, self.tokenizer, self.precision, self.batch_size = model, tokenizer, precision, batch_size
         self.device = model.device.type
-        if precision.method == "cast" and precision.weight_dtype == "float32" and self.device == "cpu":
+        if precision.method == "cast" and self.device == "cpu":
             _store_linear_weights_transposed(self.model)
         # Our attention keeps the shared prefix once for all rows (harness/backends/shared_prefix.py).
         self.model.set_attn_implementation(shared_prefix.NAME)
@@ -321,7 +321,7 @@ def _store_linear_weights_transposed(model: torch.nn.Module) -> None:
     done = set()
     for module in model.modules():
         weight = getattr(module, "weight", None)
-        plain = type(module) is torch.nn.Linear and weight is not None and weight.is_floating_point()
+        plain = type(module) is torch.nn.Linear and weight is not None and weight.dtype == torch.float32
         if plain and id(weight) not in done:
             weight.data = weight.data.t().contiguous().t()
             done.add(id(weight))

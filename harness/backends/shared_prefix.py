@@ -56,16 +56,15 @@ def shared_prefix_attention(
 
 
 def _joined(prefix, key, value, attention_mask):
-    """The prefix's keys and values before each row's own, and the mask widened to see all of the prefix."""
+    """The prefix's keys and values before each row's own, and the mask (never None here: many queries a row)
+    widened to see all of the prefix."""
     batch, split = key.shape[0], prefix[0].shape[2]
     key = torch.cat([prefix[0].expand(batch, -1, -1, -1), key], dim=2)
     value = torch.cat([prefix[1].expand(batch, -1, -1, -1), value], dim=2)
-    if attention_mask is not None:
-        rows, _, length, _ = attention_mask.shape
-        seen = torch.ones if attention_mask.dtype == torch.bool else torch.zeros
-        visible = seen((rows, 1, length, split), dtype=attention_mask.dtype, device=attention_mask.device)
-        attention_mask = torch.cat([visible, attention_mask], dim=-1)
-    return key, value, attention_mask
+    rows, _, length, _ = attention_mask.shape
+    seen = torch.ones if attention_mask.dtype == torch.bool else torch.zeros
+    visible = seen((rows, 1, length, split), dtype=attention_mask.dtype, device=attention_mask.device)
+    return key, value, torch.cat([visible, attention_mask], dim=-1)
 
 
 def _one_query_over_the_prefix(query, key, value, attention_mask, scaling, prefix) -> torch.Tensor:
