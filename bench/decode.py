@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import time
 
+from bench.common import log, median, quick_grid_problems
+
 ARCHITECTURES = {
     # hidden, intermediate, layers, heads, kv heads, tied embeddings
     "tiny": {
@@ -93,7 +95,6 @@ def copy_rate(device: str, megabytes: int = 1024, seconds: float = 1.0) -> float
 def bench_decode(architecture: str, device: str, repeats: int, threads: int, rows: int = 256, budget: int = 32) -> dict:
     import torch
 
-    from bench.run import log, median, quick_grid_problems
     from harness.backends import Sampling
     from harness.backends.hf import HFBackend
     from harness.backends.shared_prefix import NAME as SHARED_PREFIX
@@ -174,7 +175,6 @@ def vocabulary_seconds(model, rows: int, steps: int, device: str, repeats: int) 
     at most generate()'s time over this."""
     import torch
 
-    from bench.run import median
     from scratch.train import synchronize
 
     head = model.get_output_embeddings()

@@ -30,7 +30,6 @@ import contextlib
 import json
 import os
 import platform
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -39,19 +38,27 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import harness  # noqa: F401  (thread settings before torch loads)
+from bench.common import log, median, quick_grid_problems
 from bench.decode import bench_decode, decode_markdown
 from bench.train import bench_train, train_markdown
-from harness.cli import BATCH_SIZE, REPEATS, THREADS, ArgParser, Bound, UserError, name_list, output_dir, run
-from harness.config import build_spec, load_config
+from harness.cli import (
+    BATCH_SIZE,
+    REPEATS,
+    THREADS,
+    ArgParser,
+    Bound,
+    UserError,
+    command_line,
+    name_list,
+    output_dir,
+    run,
+)
+from harness.lock import DirectoryLock
 from harness.problems import generate
 
 SECTIONS = ("eval", "train", "data", "memory", "loop")
 PROBLEMS = Bound(1, 100_000, "timed passes over more problems only take longer; 200 give a stable rate")
 MEMORY_PRECISIONS = ("fp32", "bf16", "int8", "nf4", "gguf-q8_0", "gguf-q4_1", "gptq-w4")
-
-
-def log(message: str) -> None:
-    print(f"[bench {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
 
 
 def device_name(text: str) -> str:
@@ -65,50 +72,7 @@ def device_name(text: str) -> str:
     return text
 
 
-def median(values: list[float]) -> float:
-    return statistics.median(values)
-
-
 # ---------------------------------------------------------------- 1. evaluation throughput
-
-
-def quick_grid_problems(count: int) -> list[dict]:
-    """``count`` problems spread evenly over the quick grid's cells, chat-templated once for every engine."""
-    from transformers import AutoTokenizer
-
-    from harness.eval import max_new_tokens
-    from harness.models import get_model
-    from harness.prompts import TEMPLATE_FOR_TASK, user_message
-    from harness.weights import resolve_weights
-
-    name, config = load_config("quick")
-    spec = build_spec(name, config)
-    cells = [(task, length) for task, lengths in spec.grid for length in lengths]
-    tokenizer = AutoTokenizer.from_pretrained(resolve_weights(get_model("smollm2")))
-
-    class Counter:  # max_new_tokens() asks a backend for token counts; the tokenizer is all it needs
-        @staticmethod
-        def count_tokens(text: str) -> int:
-            return len(tokenizer(text, add_special_tokens=False)["input_ids"])
-
-    problems = []
-    for position, (task, length) in enumerate(cells):
-        share = count // len(cells) + (position < count % len(cells))
-        budget = max_new_tokens(Counter, task, spec.base, length)
-        for problem in generate(task, spec.base, length, share, spec.seed):
-            prompt = tokenizer.apply_chat_template(
-                [{"role": "user", "content": user_message(problem)}], tokenize=False, add_generation_prompt=True
-            )
-            problems.append(
-                {
-                    "cell": f"{task.label} n={length}",
-                    "template": TEMPLATE_FOR_TASK[task.name],
-                    "prompt": prompt,
-                    "max_new_tokens": budget,
-                    "prompt_tokens": Counter.count_tokens(prompt),
-                }
-            )
-    return problems
 
 
 def run_engine(
@@ -316,16 +280,9 @@ def bench_memory(threads: int, batch_size: int, work: Path, problems: list[dict]
 
 
 def machine() -> dict:
+    from harness.backends import cpu_name
     from harness.results import library_versions
 
-    cpu = next(
-        (
-            line.split(":", 1)[1].strip()
-            for line in Path("/proc/cpuinfo").read_text().splitlines()
-            if "model name" in line
-        ),
-        platform.processor(),
-    )
     versions = library_versions()
     from importlib.metadata import PackageNotFoundError, version
 
@@ -333,7 +290,7 @@ def machine() -> dict:
         with contextlib.suppress(PackageNotFoundError):
             versions[name] = version(name)
     return {
-        "cpu": cpu,
+        "cpu": cpu_name(),
         "instructions": cpu_instructions(),
         "cores": os.cpu_count(),
         "python": platform.python_version(),
@@ -449,8 +406,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     unknown = set(sections) - set(SECTIONS)
     if unknown:
         raise UserError(f"unknown section(s) {', '.join(sorted(unknown))}; known: {', '.join(SECTIONS)}")
-    args.out.mkdir(parents=True, exist_ok=True)
-    command = "python -m bench.run " + " ".join(sys.argv[1:] if argv is None else list(argv))
+    command = command_line("bench.run", argv)
+    lock = DirectoryLock(args.out, command)
+    try:
+        return bench(args, sections, command)
+    finally:
+        lock.release()
+
+
+def bench(args, sections: list[str], command: str) -> int:
+    """Run ``sections`` into args.out (held by main's lock), keeping the sections an earlier run measured there."""
     path = args.out / "results.json"
     # Sections not run this time are kept from an earlier results.json in the same directory.
     results: dict = json.loads(path.read_text()) if path.exists() else {}

@@ -20,6 +20,8 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+from bench.common import log
+
 PAPER_GRID = Path(__file__).resolve().parent.parent / "scratch" / "configs" / "paper.yaml"
 SHAPES = {  # the longest sequence of each kind of task in the paper grid
     "iter_add of 3, base 2, n=11": {"op": "add", "operands": 3, "base": 2, "length": 11},
@@ -32,7 +34,6 @@ PACKED = 3  # the seeds of a cell
 def bench_train(repeats: int, threads: int, device_name: str, steps: int = 20) -> dict:
     import torch
 
-    from bench.run import log  # bench.run imports this module: a function-level import
     from scratch.numerics import resolve_device, set_matmul_precision
     from scratch.sweep import load_sweep
     from scratch.train import RunConfig, measure_matmul_flops

@@ -5,10 +5,15 @@ digits. So for every cell we count
 
 - accuracy by the problem's **longest carry chain**: the longest run of consecutive digit columns that pass a
   carry on, when the answer is computed column by column from the least significant digit (column sums of the
-  operands for addition, of the partial products for multiplication; a carry may exceed 1 there);
+  operands for addition, of the partial products for multiplication; a carry may exceed 1 there). For
+  ``mul:trunc=L`` only the carries into the L columns the answer asks for count. For addition the chain is the
+  paper's quantity: how far one carry must travel. For multiplication it mostly tracks length: a column of
+  partial products of n-digit numbers sums up to n digit products, so nearly every column past the first carries
+  and the chain is close to the number of columns (read it with the length beside it, not as a separate cause);
 - accuracy by **digit position** of the answer (0 = least significant): whether the stated answer has the gold
-  digit there, answers aligned at their last digit; an unreadable answer is wrong at every position. The first
-  position whose accuracy drops is the digit that goes wrong first.
+  digit there, both written to the gold answer's width (leading zeros count for nothing, as in exact match: "1"
+  is "01" for a ``mul:trunc=2`` gold "01"), so a correct answer is right at every position; an unreadable answer
+  is wrong at every position. The first position whose accuracy drops is the digit that goes wrong first.
 
 Rows go to anatomy.csv, and error_anatomy.png draws both, a column per task, pooled over the task's lengths.
 """
@@ -44,8 +49,9 @@ def _digits(numeral: str, base: int) -> list[int]:
     return [int(char, base) for char in reversed(numeral)]
 
 
-def longest_carry_chain(task: str, operands: Sequence[str], base: int) -> int:
-    """The longest run of consecutive columns that carry into the next, computing the answer column by column."""
+def longest_carry_chain(task: str, operands: Sequence[str], base: int, truncate: int | None = None) -> int:
+    """The longest run of consecutive columns that carry into the next, computing the answer column by column;
+    with ``truncate`` L, only carries into the L least significant columns (those the answer asks for)."""
     digits = [_digits(operand, base) for operand in operands]
     if task == "mul":
         a, b = digits
@@ -55,6 +61,8 @@ def longest_carry_chain(task: str, operands: Sequence[str], base: int) -> int:
                 columns[i + j] += x * y
     else:
         columns = [sum(d[j] for d in digits if j < len(d)) for j in range(max(map(len, digits)))]
+    if truncate:
+        columns = columns[: truncate - 1]  # a carry out of column L-1 reaches no digit the answer asks for
     carry = chain = longest = 0
     for column in columns:
         carry = (column + carry) // base
@@ -64,10 +72,15 @@ def longest_carry_chain(task: str, operands: Sequence[str], base: int) -> int:
 
 
 def digit_hits(extracted: str | None, gold: str) -> list[bool]:
-    """Per gold digit position (0 = least significant): does the stated answer have that digit there."""
-    answer = (extracted or "").lower()
-    gold = gold.lower()
-    return [len(answer) > i and answer[-1 - i] == gold[-1 - i] for i in range(len(gold))]
+    """Per gold digit position (0 = least significant): does the stated answer have that digit there, both written
+    to the gold's width (leading zeros are no digits of the value: "1" and "01" agree everywhere, as exact match
+    says)."""
+    if extracted is None:
+        return [False] * len(gold)
+    width = len(gold)
+    answer = (extracted.lower().lstrip("0") or "0").rjust(width, "0")
+    gold = (gold.lower().lstrip("0") or "0").rjust(width, "0")
+    return [answer[-1 - i] == gold[-1 - i] for i in range(width)]
 
 
 def anatomy_rows(samples: Sequence[dict], series_of: Callable[[dict], str], task_of: Callable[[dict], str]):
@@ -78,7 +91,8 @@ def anatomy_rows(samples: Sequence[dict], series_of: Callable[[dict], str], task
         cell = (series_of(sample), task_of(sample), base, int(sample["length"]))
         operands = sample["expression"].split(f" {OPERATORS[task]} ")
         right = bool(sample["correct"])
-        chain = longest_carry_chain(task, operands, base)
+        truncate = int(sample["truncate"]) if str(sample.get("truncate") or "").strip() else None
+        chain = longest_carry_chain(task, operands, base, truncate)
         tally = counts.setdefault((*cell, "carry_chain", chain), [0, 0])
         tally[0] += 1
         tally[1] += right
@@ -92,6 +106,44 @@ def anatomy_rows(samples: Sequence[dict], series_of: Callable[[dict], str], task
     ]
     order = {name: number for number, name in enumerate(dict.fromkeys(row.series for row in rows))}
     return sorted(rows, key=lambda r: (order[r.series], r.task, r.base, r.length, r.kind, r.value))
+
+
+CHAIN_MEANING = {
+    "add": "how far a carry travels: the paper's quantity",
+    "iter_add": "how far a carry travels (a column may carry more than 1)",
+    "mul": "mostly the answer's length: nearly every column of partial products carries; read it beside the length",
+}
+
+
+def anatomy_markdown(rows: Sequence[AnatomyRow]) -> list[str]:
+    """summary.md's section: accuracy by longest carry chain per task and series, pooled over lengths."""
+    chains = [row for row in rows if row.kind == "carry_chain"]
+    if not chains:
+        return []
+    lines = [
+        "## Error anatomy: accuracy by longest carry chain",
+        "",
+        "Pooled over each task's lengths; correct/n per chain length (anatomy.csv has it per cell, and by answer "
+        "digit; error_anatomy.png draws both). What the chain measures depends on the task:",
+        "",
+    ]
+    tasks = list(dict.fromkeys((row.task, row.base) for row in chains))
+    lines += [f"- {task}: {CHAIN_MEANING[task.split(':')[0]]}" for task in dict.fromkeys(t for t, _ in tasks)]
+    for task, base in tasks:
+        own = [row for row in chains if (row.task, row.base) == (task, base)]
+        values = sorted({row.value for row in own})
+        series = list(dict.fromkeys(row.series for row in own))
+        lines += ["", f"**{task}, base {base}**", "", "| series | " + " | ".join(f"chain {v}" for v in values) + " |"]
+        lines.append("|---|" + "---:|" * len(values))
+        for name in series:
+            pooled = {v: [0, 0] for v in values}
+            for row in own:
+                if row.series == name:
+                    pooled[row.value][0] += row.correct
+                    pooled[row.value][1] += row.n
+            cells = [f"{c}/{n}" if n else "" for c, n in pooled.values()]
+            lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    return [*lines, ""]
 
 
 def anatomy_csv(rows: Sequence[AnatomyRow]) -> str:

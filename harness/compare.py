@@ -21,8 +21,6 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, fields
 
-from scipy.stats import binomtest
-
 from harness.results import csv_text
 from harness.scoring import wilson_interval
 
@@ -56,6 +54,8 @@ def mcnemar_exact(only_baseline: int, only_variant: int) -> float:
     discordant = only_baseline + only_variant
     if discordant == 0:
         return 1.0
+    from scipy.stats import binomtest  # here, not at import: scipy.stats costs every command 0.7 s to load
+
     return float(binomtest(min(only_baseline, only_variant), discordant, 0.5).pvalue)
 
 

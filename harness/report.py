@@ -15,7 +15,7 @@ from pathlib import Path
 
 import yaml
 
-from harness.anatomy import anatomy_csv, anatomy_plot_png, anatomy_rows
+from harness.anatomy import AnatomyRow, anatomy_csv, anatomy_markdown, anatomy_plot_png, anatomy_rows
 from harness.compare import Comparison, comparisons_csv, comparisons_markdown, paired_comparisons
 from harness.problems import parse_task
 from harness.prompts import prompt_deviations
@@ -57,7 +57,10 @@ def _grouped(rows: Sequence[CellResult]) -> dict[tuple[str, int], dict[str, dict
 
 
 def summary_markdown(
-    rows: Sequence[CellResult], commands: Sequence[str], comparisons: Sequence[Comparison] = ()
+    rows: Sequence[CellResult],
+    commands: Sequence[str],
+    comparisons: Sequence[Comparison] = (),
+    anatomy: Sequence[AnatomyRow] = (),
 ) -> str:
     lines = ["# Accuracy vs operand length", ""]
     if rows:
@@ -89,6 +92,7 @@ def summary_markdown(
     lines += comparisons_markdown(comparisons)
     lines += invariance_markdown(rows)
     lines += unreadable_markdown(rows)
+    lines += anatomy_markdown(anatomy)
     lines += [
         "## Models",
         "",
@@ -109,6 +113,17 @@ def summary_markdown(
             f"{row.footprint_mb:.0f} | "
             f"{sum(speed) / len(speed):.1f} |"
         )
+    declared = [series_label(row) for row in rows if row.precision_source == "declared"]
+    if declared:
+        lines += [
+            "",
+            f"Declared precisions: {', '.join(dict.fromkeys(declared))} ran on a server (--backend api), which "
+            "decides what really runs; their precision is the label the user gave, not weights loaded here. "
+            + "; ".join(
+                f"{series_label(row)}: {row.served_model} at {row.endpoint} ({row.request_mode}; {row.decoding_params})"
+                for row in {series_label(r): r for r in rows if r.precision_source == "declared"}.values()
+            ),
+        ]
     lines += (
         [
             "",
@@ -132,17 +147,20 @@ def invariance_markdown(rows: Sequence[CellResult]) -> list[str]:
     lines = [
         "## Batch-size invariance",
         "",
-        "Each cell's first K problems generated again one at a time, with the same seeds: outputs and verdicts that "
-        "differ from the batched run.",
+        "Each cell's first K problems generated again, with the same seeds, in a batch of another size than the "
+        "batched run's (alone, or in a batch of two for problems the run had generated alone): outputs and verdicts "
+        "that differ from the batched run.",
         "",
-        "| series | activation dtype | kernel | problems re-run | outputs changed | verdicts changed |",
-        "|---|---|---|---:|---:|---:|",
+        "| series | activation dtype | kernel | problems re-run | at batch size | outputs changed | verdicts changed |",
+        "|---|---|---|---:|---|---:|---:|",
     ]
     for name in dict.fromkeys(series_label(row) for row in checked):
         own = [row for row in checked if series_label(row) == name]
         k, outputs, verdicts = (sum(getattr(r, f) for r in own) for f in ("flip_k", "flip_outputs", "flip_verdicts"))
+        sizes = sorted({size for r in own for size in (r.flip_batch or "1").split(",")}, key=int)
         lines.append(
-            f"| {name} | {own[0].activation_dtype} | {own[0].kernel or 'not recorded'} | {k} | {outputs} | {verdicts} |"
+            f"| {name} | {own[0].activation_dtype} | {own[0].kernel or 'not recorded'} | {k} | {', '.join(sizes)} "
+            f"| {outputs} | {verdicts} |"
         )
     return [*lines, ""]
 
@@ -226,5 +244,5 @@ def write_reports(
     atomic_write_text(out / "comparisons.csv", comparisons_csv(comparisons))
     atomic_write_text(out / "anatomy.csv", anatomy_csv(anatomy))
     atomic_write_bytes(out / "error_anatomy.png", anatomy_plot_png(anatomy))
-    atomic_write_text(out / "summary.md", summary_markdown(rows, commands, comparisons))
+    atomic_write_text(out / "summary.md", summary_markdown(rows, commands, comparisons, anatomy))
     atomic_write_bytes(out / "accuracy_vs_length.png", accuracy_plot_png(rows))

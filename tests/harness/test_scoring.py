@@ -100,6 +100,74 @@ ADVERSARIAL = [
 ]
 
 
+# Outputs a reviewer found misjudged (issue 20), and more of their kind: (output, base, gold, verdict, rule).
+LABELS_MARKUP_AND_HEDGES = [
+    # a colon after the keyword
+    ("The answer is: 15", 10, "15", True, "keyword"),
+    ("The product is: 15", 10, "15", True, "keyword"),
+    ("The answer is: 6e", 16, "6e", True, "keyword"),
+    ("The final answer: 15", 10, "15", True, "keyword"),
+    ("The answer is: -15", 10, "15", False, "none: signed"),
+    # a markdown-bolded label
+    ("**Answer**: 15", 10, "15", True, "keyword"),
+    ("**Answer:** 15", 10, "15", True, "keyword"),
+    ("### Answer: 15", 10, "15", True, "keyword"),
+    ("**The answer is 15**", 10, "15", True, "keyword"),
+    # LaTeX around the answer
+    ("The final answer is $\\boxed{15}$.", 10, "15", True, "keyword"),
+    ("7 + 8 = $\\boxed{15}$", 10, "15", True, "equals"),
+    ("\\boxed{6E_{16}}", 16, "6e", True, "boxed"),
+    ("\\boxed{6E_{10}}", 16, "6e", False, "none: written in base 10, not 16"),
+    ("\\(7 + 8 = 15\\)", 10, "15", True, "equals"),
+    ("\\[ 7 + 8 = 15 \\]", 10, "15", True, "equals"),
+    ("$$7 + 8 = 15$$", 10, "15", True, "equals"),
+    ("\\boxed{7 + 8 = 15}", 10, "15", True, "boxed"),
+    ("\\boxed{\\text{15}}", 10, "15", True, "boxed"),
+    ("Therefore \\boxed{15}", 10, "15", True, "boxed"),
+    ("The answer is \\(\\boxed{15}\\).", 10, "15", True, "keyword"),
+    # hedging between boxed answers is not an answer
+    ("\\boxed{15} or \\boxed{16}", 10, "15", False, "none: several boxed answers (hedged)"),
+    ("\\boxed{15}, no wait, \\boxed{16}", 10, "16", False, "none: several boxed answers (hedged)"),
+    ("7 + 8 = \\boxed{15} or \\boxed{16}", 10, "15", False, "none: several boxed answers (hedged)"),
+    # a dangling operator is not markdown
+    ("7 * 8 = 56 * ", 10, "56", False, "none: an operator follows the numeral (unpaired '*', not markdown)"),
+    ("7 + 8 = 15 *", 10, "15", False, "none: an operator follows the numeral (unpaired '*', not markdown)"),
+    ("7 * 8 = 56*", 10, "56", False, "none: an operator follows the numeral (unpaired '*', not markdown)"),
+    ("1f * 2 = 3e *", 16, "3e", False, "none: an operator follows the numeral (unpaired '*', not markdown)"),
+    ("**7 + 8 = 15**", 10, "15", True, "equals"),
+    ("7 * 8 = *56*", 10, "56", True, "equals"),
+    ("The answer is **56**.", 10, "56", True, "keyword"),
+    # an explicit "the answer is" after an equation is the answer; an equation after it, its last side
+    ("Let x = 7 + 8; the answer is 15.", 10, "15", True, "keyword"),
+    ("The answer is 7 + 8 = 15", 10, "15", True, "equals"),
+    ("7 + 8 = 15, which is correct", 10, "15", False, "none: no numeral where the answer should be"),
+    # plain sentences that state the answer, and ones that do not
+    ("The sum of 7 and 8 is 15.", 10, "15", True, "keyword"),
+    ("The product of 7 and 8 is 56.", 10, "56", True, "keyword"),
+    ("15 is the answer.", 10, "15", True, "bare"),
+    ("The answer is probably 15", 10, "15", False, "none: no numeral where the answer should be"),
+    ("The sum of 7 and 8 is 15 or 16", 10, "15", False, "none: a second numeral follows"),
+]
+
+
+@pytest.mark.parametrize(
+    "output,base,gold,verdict,rule", LABELS_MARKUP_AND_HEDGES, ids=[c[0][:30] for c in LABELS_MARKUP_AND_HEDGES]
+)
+def test_labels_markup_and_hedges_are_judged_as_written(output, base, gold, verdict, rule):
+    extraction = extract(output, base)
+    assert is_correct(extraction.answer, gold, base) == verdict, extraction
+    assert extraction.rule == rule
+
+
+@pytest.mark.parametrize("answer", ["+15", "1_5", "15 ", "1,5", "١٥", "１５", "0x1f", "0o17", "", "f"])
+def test_is_correct_takes_only_what_extract_can_produce(answer):
+    """Python's int() reads all of these as 15 (or 31 in base 16); an extracted answer is never one of them."""
+    base = 16 if answer == "0x1f" else 10
+    gold = "1f" if base == 16 else "15"
+    assert not is_correct(answer, gold, base)
+    assert extract(f"= {answer}", base).answer != answer or not answer
+
+
 @pytest.mark.parametrize("output,base,gold,verdict", ADVERSARIAL, ids=[f"{c[0][:30]} b{c[1]}" for c in ADVERSARIAL])
 def test_adversarial_outputs_get_the_right_verdict(output, base, gold, verdict):
     extraction = extract(output, base, expression="23 * 96" if "23 * 96" in output else None)

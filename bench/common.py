@@ -1,0 +1,57 @@
+"""What the bench sections share: progress lines, medians, and the quick grid's problems as every engine gets them."""
+
+from __future__ import annotations
+
+import statistics
+import sys
+import time
+
+from harness.config import build_spec, load_config
+from harness.problems import generate
+
+
+def log(message: str) -> None:
+    print(f"[bench {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+def median(values: list[float]) -> float:
+    return statistics.median(values)
+
+
+def quick_grid_problems(count: int) -> list[dict]:
+    """``count`` problems spread evenly over the quick grid's cells, chat-templated once for every engine."""
+    from transformers import AutoTokenizer
+
+    from harness.eval import max_new_tokens
+    from harness.models import get_model
+    from harness.prompts import TEMPLATE_FOR_TASK, user_message
+    from harness.weights import resolve_weights
+
+    name, config = load_config("quick")
+    spec = build_spec(name, config)
+    cells = [(task, length) for task, lengths in spec.grid for length in lengths]
+    tokenizer = AutoTokenizer.from_pretrained(resolve_weights(get_model("smollm2")))
+
+    class Counter:  # max_new_tokens() asks a backend for token counts; the tokenizer is all it needs
+        @staticmethod
+        def count_tokens(text: str) -> int:
+            return len(tokenizer(text, add_special_tokens=False)["input_ids"])
+
+    problems = []
+    for position, (task, length) in enumerate(cells):
+        share = count // len(cells) + (position < count % len(cells))
+        budget = max_new_tokens(Counter, task, spec.base, length)
+        for problem in generate(task, spec.base, length, share, spec.seed):
+            prompt = tokenizer.apply_chat_template(
+                [{"role": "user", "content": user_message(problem)}], tokenize=False, add_generation_prompt=True
+            )
+            problems.append(
+                {
+                    "cell": f"{task.label} n={length}",
+                    "template": TEMPLATE_FOR_TASK[task.name],
+                    "prompt": prompt,
+                    "max_new_tokens": budget,
+                    "prompt_tokens": Counter.count_tokens(prompt),
+                }
+            )
+    return problems
