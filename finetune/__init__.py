@@ -1,6 +1,3 @@
 """LoRA / QLoRA fine-tuning on the paper's arithmetic tasks (appendix tab:lora_config)."""
 
-import os
-
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+import harness.startup  # noqa: F401  (thread settings and a quiet Ctrl-C before torch loads)

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from harness.cli import SAMPLES, SEED, ArgParser, Bound, UserError, name_list, output_dir, run, unique
 from harness.problems import Problem, Task, check_cell, heldout_problems, parse_task
-from harness.prompts import user_message
+from harness.prompts import TEMPLATE_FOR_TASK, user_message
 
 LENGTHS = range(1, 10)
 PAPER_COUNTS = {length: 5_000 if length <= 6 else 10_000 for length in LENGTHS}  # 60k per task
@@ -35,10 +35,12 @@ def check_task(task: Task, base: int = 10) -> Task:
     return task
 
 
-def sample_counts(scale: float = 1.0) -> dict[int, int]:
-    """Samples per length: the paper's counts times ``scale`` (at least 1 each)."""
+def sample_counts(scale: float = 1.0, lengths: Sequence[int] | None = None) -> dict[int, int]:
+    """Samples per length: the paper's counts times ``scale`` (at least 1 each), for ``lengths`` (default: the
+    paper's 1-9)."""
     SCALE.check(scale, "scale")
-    return {length: max(1, round(count * scale)) for length, count in PAPER_COUNTS.items()}
+    chosen = PAPER_COUNTS if lengths is None else {length: PAPER_COUNTS[length] for length in lengths}
+    return {length: max(1, round(count * scale)) for length, count in chosen.items()}
 
 
 def to_example(problem: Problem, task: Task) -> dict:
@@ -53,18 +55,56 @@ def to_example(problem: Problem, task: Task) -> dict:
     }
 
 
-def build(task: Task, seed: int = 0, scale: float = 1.0, base: int = 10, eval_count: int = 1000):
-    """The fine-tuning set of one task as a shuffled ``datasets.Dataset``, plus the cells that overlap eval."""
-    import datasets
-
+def task_examples(task: Task, seed: int = 0, scale: float = 1.0, base: int = 10, eval_count: int = 1000, lengths=None):
+    """The examples of one task (by length), plus the lengths whose evaluation problems exhaust the space."""
     examples, overlapping = [], []
-    for length, count in sample_counts(scale).items():
+    for length, count in sample_counts(scale, lengths).items():
         problems, disjoint = heldout_problems(task, base, length, count, seed, eval_count, stream="finetune")
         if not disjoint:
             overlapping.append(length)
         examples.extend(to_example(p, task) for p in problems)
-    dataset = datasets.Dataset.from_list(examples).shuffle(seed=seed)
-    return dataset, overlapping
+    return examples, overlapping
+
+
+def build(task: Task, seed: int = 0, scale: float = 1.0, base: int = 10, eval_count: int = 1000):
+    """The fine-tuning set of one task as a shuffled ``datasets.Dataset``, plus the cells that overlap eval."""
+    import datasets
+
+    examples, overlapping = task_examples(task, seed, scale, base, eval_count)
+    return datasets.Dataset.from_list(examples).shuffle(seed=seed), overlapping
+
+
+def build_mixture(
+    tasks: Sequence[Task],
+    seed: int = 0,
+    scale: float = 1.0,
+    block: int = 1,
+    eval_count: int = 1000,
+    lengths: Sequence[int] | None = None,
+):
+    """The fine-tuning sets of several tasks, shuffled together in blocks of ``block`` examples of one prompt
+    template (harness.prompts: add and iter_add share one, mul has its own), so that a batch of ``block`` rows read
+    in order shares its few-shot prefix (finetune/prefix.py computes it once). Returns the dataset and, per task,
+    the lengths that overlap evaluation."""
+    import random
+
+    import datasets
+
+    by_template: dict[str, list[dict]] = {}
+    overlapping = {}
+    for task in tasks:
+        examples, overlapping[task.label] = task_examples(task, seed, scale, eval_count=eval_count, lengths=lengths)
+        by_template.setdefault(TEMPLATE_FOR_TASK[task.name], []).extend(examples)
+    rng = random.Random(seed)
+    blocks = []
+    for template in sorted(by_template):
+        examples = by_template[template]
+        rng.shuffle(examples)
+        blocks += [examples[start : start + block] for start in range(0, len(examples), block)]
+    # A short block (a template's last) would shift every later batch off the block boundaries: those go last.
+    full, short = [b for b in blocks if len(b) == block], [b for b in blocks if len(b) < block]
+    rng.shuffle(full)
+    return datasets.Dataset.from_list([example for chunk in full + short for example in chunk]), overlapping
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -15,6 +15,7 @@ beside the config that made it; evaluate it with
 from __future__ import annotations
 
 import json
+import math
 import os
 import shutil
 import time
@@ -22,7 +23,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import model_validator
+from pydantic import AfterValidator, model_validator
 
 from finetune.data import SCALE, check_task
 from harness.cli import (
@@ -35,11 +36,17 @@ from harness.cli import (
     ArgParser,
     Bound,
     UserError,
+    command_line,
     input_path,
+    one_line,
     output_dir,
+    read_json,
     run,
+    unique,
 )
 from harness.config import StrictModel, load_yaml_model
+from harness.lock import DirectoryLock
+from harness.results import follow_umask
 
 # A tiny model is for tests and smoke runs; real models come from the registry or model_path.
 WIDTH = Annotated[int, Bound(1, 4096, "a tiny model; give a real one as model or model_path").field]
@@ -69,10 +76,20 @@ class TinyModel(StrictModel):
         return self
 
 
+def _paper_lengths(lengths: list[int]) -> list[int]:
+    from finetune.data import PAPER_COUNTS
+
+    if not lengths or any(length not in PAPER_COUNTS for length in lengths) or len(set(lengths)) < len(lengths):
+        raise ValueError(f"must list distinct lengths from the paper's {min(PAPER_COUNTS)}-{max(PAPER_COUNTS)}")
+    return lengths
+
+
 class DataConfig(StrictModel):
     seed: Annotated[int, SEED.field] = 0
     scale: Annotated[float, SCALE.field] = 1.0  # fraction of the paper's 60k samples per task
     path: str | None = None  # a dataset saved by python -m finetune.data (instead of building one)
+    # The operand lengths trained on, each with the paper's count times scale (default: the paper's 1-9).
+    lengths: Annotated[list[int], AfterValidator(_paper_lengths)] | None = None
     max_samples: Annotated[int, Bound(1, 10_000_000, "more than 100 epochs of the paper's data").field] | None = None
 
 
@@ -122,6 +139,19 @@ class TrainSettings(StrictModel):
     logging_steps: Annotated[int, Bound(1).field] = 10
     save_steps: Annotated[int, Bound(1).field] = 500
     gradient_checkpointing: bool = False
+    # The batch's common few-shot prefix computed once (finetune/prefix.py): the same loss, a fraction of the work.
+    shared_prefix: bool = True
+    # Keep each saved adapter under OUT/curve/ (checkpoints/ keeps the last two): the learning curve's points.
+    curve: bool = False
+
+    @model_validator(mode="after")
+    def _prefix_needs_the_cache(self) -> TrainSettings:
+        if self.shared_prefix and self.gradient_checkpointing:
+            raise ValueError(
+                "shared_prefix needs the prefix's KV cache, which gradient_checkpointing turns off; "
+                "set shared_prefix: false (or gradient_checkpointing: false)"
+            )
+        return self
 
 
 class FinetuneConfig(StrictModel):
@@ -130,7 +160,7 @@ class FinetuneConfig(StrictModel):
     model: str
     model_path: str | None = None
     tiny: TinyModel | None = None
-    task: str
+    task: str | list[str]  # one task, or a mixture (the embedded model's add, iter_add:3 and mul)
     method: Literal["lora", "qlora"] = "lora"
     seed: Annotated[int, SEED.field] = 0
     data: DataConfig = DataConfig()
@@ -149,12 +179,90 @@ def load_config(path: Path) -> FinetuneConfig:
     from harness.weights import check_weights
 
     model = get_model(config.model)
-    check_task(parse_task(config.task))
+    for task in task_list(config):
+        check_task(parse_task(task))
+    if not task_list(config):
+        raise UserError(f"{path}: task names no task; give one (add) or a list ([add, iter_add:3, mul])")
+    unique(task_list(config), "task")
     if config.model_path:
         check_weights(model, config.model_path)
-    if config.data.path and not Path(config.data.path, "dataset_info.json").is_file():
-        raise UserError(f"data.path {config.data.path} is not a saved dataset; build one with python -m finetune.data")
+    rows = dataset_rows(config)
+    check_schedule(config, path, rows)
     return config
+
+
+def dataset_rows(config: FinetuneConfig) -> int:
+    """How many examples the run trains on; a data.path is checked to be a saved dataset with the columns
+    (prompt, completion) that training reads."""
+    from finetune.data import sample_counts
+
+    if not config.data.path:
+        rows = sum(sample_counts(config.data.scale, config.data.lengths).values()) * len(task_list(config))
+    else:
+        where = Path(config.data.path)
+        info = where / "dataset_info.json"
+        if not info.is_file():
+            raise UserError(f"data.path {where} is not a saved dataset; build one with python -m finetune.data")
+        features = read_json(info, f"data.path {where} is not a saved dataset").get("features")
+        missing = {"prompt", "completion"} - set(features if isinstance(features, dict) else ())
+        if missing:
+            raise UserError(
+                f"data.path {where} has no {', '.join(sorted(missing))} column; build it with finetune.data"
+            )
+        import datasets
+
+        try:
+            rows = datasets.load_from_disk(str(where)).num_rows
+        except Exception as err:  # noqa: BLE001 (a damaged arrow file fails in many ways)
+            raise UserError(f"data.path {where} cannot be read ({one_line(err)}); build it again") from None
+    return min(rows, config.data.max_samples or rows)
+
+
+def check_schedule(config: FinetuneConfig, path: Path, rows: int) -> None:
+    """Settings that are each in range but together train nothing, log nothing or save nothing."""
+    settings = config.train
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    per_epoch = max(1, -(-rows // (settings.batch_size * settings.grad_accum * world)))
+    steps = settings.max_steps if settings.max_steps > 0 else math.ceil(per_epoch * settings.epochs)
+    for name in ("logging_steps", "save_steps"):
+        value = getattr(settings, name)
+        if value > steps:
+            what = "log a loss" if name == "logging_steps" else "save a checkpoint (nothing to resume from)"
+            raise UserError(
+                f"{path}: train.{name} {value} is past the run's {steps} steps ({rows} examples), so it would never "
+                f"{what}; use at most {steps}"
+            )
+    if settings.max_length < 512:  # the paper's prompts are ~150-250 tokens: a shorter limit may cut every answer
+        shortest = shortest_example_tokens(config)
+        if settings.max_length < shortest:
+            raise UserError(
+                f"{path}: train.max_length {settings.max_length} cuts every example (the shortest is {shortest} "
+                f"tokens with its prompt), so nothing would be learned; use at least {shortest}"
+            )
+
+
+def shortest_example_tokens(config: FinetuneConfig) -> int:
+    """Tokens of the shortest training example (a one-digit problem of each task, chat template included)."""
+    from transformers import AutoTokenizer
+
+    from finetune.data import to_example
+    from harness.models import get_model
+    from harness.problems import generate, parse_task
+    from harness.weights import resolve_weights
+
+    tokenizer = AutoTokenizer.from_pretrained(resolve_weights(get_model(config.model), config.model_path))
+    lengths = []
+    for label in task_list(config):
+        task = parse_task(label)
+        length = -(-task.truncate // 2) if task.truncate else 1  # the shortest length the task allows
+        example = to_example(generate(task, 10, length, 1)[0], task)
+        ids = tokenizer.apply_chat_template(example["prompt"] + example["completion"], tokenize=True)
+        lengths.append(len(ids["input_ids"] if hasattr(ids, "keys") else ids))
+    return min(lengths)
+
+
+def task_list(config: FinetuneConfig) -> list[str]:
+    return [config.task] if isinstance(config.task, str) else list(config.task)
 
 
 def is_main_process() -> bool:
@@ -194,6 +302,7 @@ def base_weights(config: FinetuneConfig, out: Path) -> str:
             staging = out / "base.partial"
             llama.save_pretrained(staging)
             tokenizer.save_pretrained(staging)
+            follow_umask(staging)
             os.replace(staging, target)
         else:
             while not (target / "model.safetensors").is_file():
@@ -225,7 +334,9 @@ def load_model(config: FinetuneConfig, weights: str):
 
 
 def training_data(config: FinetuneConfig):
-    from finetune.data import build
+    """The examples in the order they are read: a saved dataset as it is (read in random order), or the tasks'
+    sets built here, shuffled in blocks of one prompt template, a batch each (read in order: see build_mixture)."""
+    from finetune.data import build_mixture
     from harness.problems import parse_task
 
     if config.data.path:
@@ -233,7 +344,11 @@ def training_data(config: FinetuneConfig):
 
         dataset = datasets.load_from_disk(config.data.path)
     else:
-        dataset, _ = build(parse_task(config.task), seed=config.data.seed, scale=config.data.scale)
+        tasks = [parse_task(task) for task in task_list(config)]
+        block = config.train.batch_size if config.train.shared_prefix else 1
+        dataset, _ = build_mixture(
+            tasks, seed=config.data.seed, scale=config.data.scale, block=block, lengths=config.data.lengths
+        )
     if config.data.max_samples:
         dataset = dataset.select(range(min(config.data.max_samples, dataset.num_rows)))
     return dataset.select_columns(["prompt", "completion"])
@@ -250,6 +365,8 @@ def train(config: FinetuneConfig, config_path: Path, out: Path) -> dict:
     from peft import LoraConfig
     from transformers import AutoTokenizer
     from trl import SFTConfig, SFTTrainer
+
+    from finetune.prefix import SharedPrefixTrainer
 
     out.mkdir(parents=True, exist_ok=True)
     weights = base_weights(config, out)
@@ -283,6 +400,8 @@ def train(config: FinetuneConfig, config_path: Path, out: Path) -> dict:
         use_cpu=not torch.cuda.is_available(),
         dataloader_num_workers=0,
         disable_tqdm=False,
+        # examples built here come in template blocks, a batch each, already shuffled: read them in that order
+        train_sampling_strategy="sequential" if settings.shared_prefix and not config.data.path else "random",
     )
     lora = LoraConfig(
         r=config.lora.r,
@@ -291,30 +410,76 @@ def train(config: FinetuneConfig, config_path: Path, out: Path) -> dict:
         target_modules=config.lora.target_modules,
         task_type="CAUSAL_LM",
     )
-    trainer = SFTTrainer(
-        model=model, args=args, train_dataset=training_data(config), processing_class=tokenizer, peft_config=lora
-    )
+    trainer_class = SharedPrefixTrainer if settings.shared_prefix else SFTTrainer
+    dataset = training_data(config)
+    trainer = trainer_class(model=model, args=args, train_dataset=dataset, processing_class=tokenizer, peft_config=lora)
+    curve = out / "curve" if settings.curve else None
+    trainer.add_callback(on_save(curve, settings.batch_size * settings.grad_accum))
     resume = last_checkpoint(checkpoints)
     started = time.perf_counter()
     trainer.train(resume_from_checkpoint=resume)
     losses = [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]
+    samples = trainer.state.global_step * settings.batch_size * settings.grad_accum * trainer.args.world_size
     summary = {
         "method": config.method,
         "task": config.task,
         "steps": trainer.state.global_step,
+        "samples": samples,
         "first_loss": losses[0] if losses else None,
         "last_loss": losses[-1] if losses else None,
         "losses": losses,
+        "log": [entry for entry in trainer.state.log_history if "loss" in entry],
         "resumed_from": resume,
         "wall_s": round(time.perf_counter() - started, 1),
         "world_size": trainer.args.world_size,
+        "shared_prefix": settings.shared_prefix,
+        "machine": machine_description(),
     }
     adapter = out / "adapter"
     trainer.save_model(str(adapter))  # peft format: adapter_config.json + adapter_model.safetensors
     if trainer.is_world_process_zero():
         shutil.copyfile(config_path, adapter / "train_config.yaml")
         (adapter / "train_summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+        follow_umask(out)  # checkpoints and adapter: safetensors writes 0600 whatever the umask
     return summary
+
+
+def machine_description() -> str:
+    """Where the run trained: the GPU's name, or the CPU's model, cores and torch threads."""
+    import torch
+
+    from harness.backends import cpu_name
+
+    if torch.cuda.is_available():
+        return f"{torch.cuda.get_device_name()} (CUDA {torch.version.cuda}), torch {torch.__version__}"
+    return f"{cpu_name()}, {os.cpu_count()} cores, {torch.get_num_threads()} torch threads, torch {torch.__version__}"
+
+
+def on_save(curve: Path | None, per_step: int):
+    """A TrainerCallback for each checkpoint: its files get the umask's modes (safetensors writes 0600), and with
+    ``curve`` its adapter is copied to CURVE/samples-N (N training examples seen), where the learning curve
+    (finetune/curve.py) finds it (checkpoints/ keeps only the last two)."""
+    from transformers import TrainerCallback
+
+    class OnSave(TrainerCallback):
+        def on_save(self, args, state, control, **kwargs):
+            if not state.is_world_process_zero:
+                return
+            source = Path(args.output_dir) / f"checkpoint-{state.global_step}"
+            follow_umask(source)
+            if curve is None:
+                return
+            target = curve / f"samples-{state.global_step * per_step * args.world_size}"
+            staging = target.with_name(target.name + ".partial")
+            shutil.rmtree(staging, ignore_errors=True)
+            staging.mkdir(parents=True)
+            for name in ("adapter_config.json", "adapter_model.safetensors"):
+                shutil.copyfile(source / name, staging / name)
+            follow_umask(staging)
+            shutil.rmtree(target, ignore_errors=True)
+            os.replace(staging, target)
+
+    return OnSave()
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -334,11 +499,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"{model.name} is trained on a CUDA GPU and this machine has none; use "
             "finetune/configs/cpu_smoke.yaml here, or submit finetune/slurm/train.sbatch"
         )
+    # One writer per --out; under DDP the main process holds it for all of the run's processes.
+    lock = DirectoryLock(args.out, command_line("finetune.train", argv)) if is_main_process() else None
     try:
-        args.out.mkdir(parents=True, exist_ok=True)
-    except OSError as err:
-        raise UserError(f"cannot write to {args.out}: {err.strerror}; pass a writable --out") from None
-    summary = train(config, args.config, args.out)
+        summary = train(config, args.config, args.out)
+    finally:
+        if lock:
+            lock.release()
     if is_main_process():
         print(
             f"{config.method} on {config.task}: {summary['steps']} steps, loss {summary['first_loss']:.3f} -> "

@@ -23,6 +23,7 @@ import shutil
 from pathlib import Path
 
 from harness.cli import UserError
+from harness.results import follow_umask
 
 GPTQMODEL_HINT = "pip install -e '.[awq]' (gptqmodel 7.6.0; bash scripts/setup.sh installs it)"
 
@@ -124,6 +125,7 @@ def to_autoawq(source: Path, out: Path) -> dict:
         recorded = json.loads(provenance.read_text(encoding="utf-8")) if provenance.is_file() else {}
         recorded.update(info)
         provenance.write_text(json.dumps(recorded, indent=2) + "\n", encoding="utf-8")
+        follow_umask(staging)
         if out.exists():
             shutil.rmtree(out)
         os.replace(staging, out)

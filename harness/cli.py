@@ -49,6 +49,11 @@ class ArgParser(argparse.ArgumentParser):
 
 def run(main: Callable[[Sequence[str] | None], int | None], argv: Sequence[str] | None = None) -> None:
     """Run a command's main(); turn UserError into exit 2 and Ctrl-C into exit 130, both without traceback."""
+    import signal
+    import threading
+
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, signal.default_int_handler)  # from here on Ctrl-C unwinds (finally blocks run)
     try:
         code = main(argv)
     except UserError as err:
@@ -58,6 +63,13 @@ def run(main: Callable[[Sequence[str] | None], int | None], argv: Sequence[str] 
         print("interrupted: finished work is saved; rerun the same command to resume", file=sys.stderr)
         sys.exit(130)
     sys.exit(code or 0)
+
+
+def command_line(module: str, argv: Sequence[str] | None) -> str:
+    """How a command was invoked, for run records and lock notes: ``python -m MODULE ARGS``."""
+    import shlex
+
+    return f"python -m {module} " + shlex.join(sys.argv[1:] if argv is None else list(argv))
 
 
 def one_line(err: BaseException) -> str:
@@ -221,9 +233,23 @@ def input_path(text: str) -> Path:
     return path
 
 
+def _output_path(text: str) -> Path:
+    """An output path's text: not empty (Path("") would be the current directory), and within what the file
+    system takes (a component of at most 255 bytes, the whole at most 4,096)."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("an empty path; give a directory name (e.g. runs/mine)")
+    path = Path(utf8(text))
+    longest = max((len(part.encode("utf-8")) for part in path.parts), default=0)
+    if longest > 255 or len(text.encode("utf-8")) > 4096:
+        raise argparse.ArgumentTypeError(
+            f"'{text[:40]}...' is too long for the file system (at most 255 bytes a name, 4,096 in all)"
+        )
+    return path
+
+
 def output_dir(text: str) -> Path:
     """argparse type: a directory this process can create or write into (checked now, created later)."""
-    path = Path(utf8(text))
+    path = _output_path(text)
     if path.exists() and not path.is_dir():
         raise argparse.ArgumentTypeError(f"{path} is a file, not a directory; choose another path")
     _check_writable(path)
@@ -232,7 +258,7 @@ def output_dir(text: str) -> Path:
 
 def output_file(text: str) -> Path:
     """argparse type: a file this process can create or replace."""
-    path = Path(utf8(text))
+    path = _output_path(text)
     if path.is_dir():
         raise argparse.ArgumentTypeError(f"{path} is a directory; give a file name inside it")
     _check_writable(path.parent if path.parent != Path("") else Path("."))
@@ -260,6 +286,8 @@ def read_json(path: Path, what: str) -> dict:
         raise UserError(f"{what}: {path} is not UTF-8 text") from None
     except json.JSONDecodeError as err:
         raise UserError(f"{what}: {path} is not valid JSON (line {err.lineno}: {err.msg})") from None
+    except RecursionError:
+        raise UserError(f"{what}: {path} nests deeper than any file numprec writes") from None
     except OSError as err:
         raise UserError(f"{what}: cannot read {path}: {err.strerror}") from None
     if not isinstance(data, dict):

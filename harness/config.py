@@ -12,7 +12,7 @@ import yaml
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, TypeAdapter, ValidationError
 
 from harness.cli import BATCH_SIZE, SAMPLES, SEED, TENSOR_PARALLEL, Bound, UserError, parse_int_list, unique
-from harness.models import precision_registry
+from harness.models import get_model, precision_registry
 from harness.problems import BASE, Task, check_cell, parse_task
 from harness.prompts import prompt_deviations
 
@@ -21,6 +21,17 @@ DEFAULT_RUNS = Path("runs") / "eval"  # relative to the working directory; runs/
 
 # 0 is meaningful here: no check.
 INVARIANCE = Bound(0, SAMPLES.high, "the check re-runs problems of a cell, which has at most this many")
+CONCURRENCY = Bound(1, 1024, "more requests in flight than any server queues usefully")
+API_TIMEOUT = Bound(above=0, high=3600, why="an hour per request: a server that slow is down", kind=float)
+API_RETRIES = Bound(0, 20, "openai's backoff doubles to 8 s a retry: 20 is minutes of a dead server")
+
+
+def _api_bases(value: str | None) -> str | None:
+    if value is None:
+        return None
+    from harness.backends.api import parse_bases
+
+    return ",".join(parse_bases(value))
 
 
 class StrictModel(BaseModel):
@@ -36,8 +47,9 @@ def _distinct(values: list) -> list:
     return unique(values, "the list", error=ValueError)  # pydantic reports a ValueError as the key's message
 
 
-# A list of settings in a config: at least one entry, none repeated (a repeat runs or writes the same cell twice).
-Distinct = Annotated[list[Any], Field(min_length=1), AfterValidator(_distinct)]
+# A list of names (models, precisions) in a config: strings (not numbers, lists or mappings), at least one, none
+# repeated (a repeat runs or writes the same cell twice).
+Names = Annotated[list[str], Field(min_length=1), AfterValidator(_distinct)]
 
 
 def _lengths(value: Any) -> Any:
@@ -64,6 +76,11 @@ def load_yaml_model(path: Path, model: type[M]) -> M:
         mark = getattr(err, "problem_mark", None)
         where = f" line {mark.line + 1}" if mark else ""
         raise UserError(f"{path}{where}: not valid YAML ({getattr(err, 'problem', err)})") from None
+    except RecursionError:
+        raise UserError(f"{path}: nested deeper than any config ({YAML_DEPTH} levels at most)") from None
+    problem = _unreasonable_structure(raw)
+    if problem:
+        raise UserError(f"{path}: {problem}; a config is a few keys and lists")
     if raw is None:
         raw = {}
     if not isinstance(raw, dict):
@@ -73,6 +90,31 @@ def load_yaml_model(path: Path, model: type[M]) -> M:
         return model(**raw)
     except ValidationError as err:
         raise UserError(f"{path}: {validation_message(err, model)}") from None
+
+
+YAML_DEPTH, YAML_VALUES = 32, 100_000
+
+
+def _unreasonable_structure(raw: Any) -> str | None:
+    """What makes a loaded YAML value no config: an alias that contains itself (``&a [*a]``), nesting past
+    YAML_DEPTH, or aliases that expand to more than YAML_VALUES values (a "billion laughs" file would take
+    validation hours). The walk stops at the first of them."""
+    count = 0
+    stack: list[tuple[Any, int, frozenset]] = [(raw, 0, frozenset())]
+    while stack:
+        value, depth, ancestors = stack.pop()
+        count += 1
+        if count > YAML_VALUES:
+            return f"its aliases expand to more than {YAML_VALUES:,} values"
+        if depth > YAML_DEPTH:
+            return f"nested deeper than any config ({YAML_DEPTH} levels at most)"
+        if isinstance(value, (dict, list)):
+            if id(value) in ancestors:
+                return "an alias contains itself (a recursive anchor)"
+            inner = ancestors | {id(value)}
+            children = list(value.keys()) + list(value.values()) if isinstance(value, dict) else value
+            stack.extend((child, depth + 1, inner) for child in children)
+    return None
 
 
 def validation_message(err: ValidationError, model: type[BaseModel]) -> str:
@@ -107,9 +149,9 @@ def _known_precisions(names: list[str]) -> list[str]:
 class EvalConfig(StrictModel):
     """The keys an eval config may have."""
 
-    models: Distinct = ["smollm2"]
+    models: Names = ["smollm2"]
     # Applied to each model that takes them; a model that takes none of them runs at its default precision.
-    precisions: Annotated[Distinct, AfterValidator(_known_precisions)] | None = None
+    precisions: Annotated[Names, AfterValidator(_known_precisions)] | None = None
     grid: Annotated[dict[str, Lengths], Field(min_length=1)]  # task -> lengths: a list or a range string "1-13"
     # The run's settings: each is also a flag of harness.eval (--batch-size for batch_size), parsed and checked by
     # this very field (add_setting_flags), so a flag and a config key cannot disagree.
@@ -122,8 +164,11 @@ class EvalConfig(StrictModel):
     seed: Annotated[int, SEED.field, Field(description="seed of every cell's problems and sampling")] = 0
     batch_size: Annotated[int, BATCH_SIZE.field, Field(description="rows decoded together")] = 256
     backend: Annotated[
-        Literal["hf", "llamacpp", "vllm"] | None,
-        Field(description="hf (transformers), llamacpp (GGUF) or vllm (CUDA); default: what each precision needs"),
+        Literal["hf", "llamacpp", "vllm", "api"] | None,
+        Field(
+            description="hf (transformers), llamacpp (GGUF), vllm (CUDA) or api (a served model); default: what "
+            "each precision needs"
+        ),
     ] = None
     tensor_parallel_size: Annotated[
         int, TENSOR_PARALLEL.field, Field(description="GPUs per model for --backend vllm (default 1)")
@@ -133,15 +178,42 @@ class EvalConfig(StrictModel):
         INVARIANCE.field,
         Field(description="generate each cell's first K problems again at batch size 1; count the answers that change"),
     ] = 0
+    batch_invariant: Annotated[
+        bool,
+        Field(description="vllm: batch-invariant kernels (VLLM_BATCH_INVARIANT=1), recorded in the rows"),
+    ] = False
+    # --backend api: a served model (harness/backends/api.py)
+    api_base: Annotated[
+        str | None,
+        AfterValidator(_api_bases),
+        Field(description="the server's base URL(s), comma-separated replicas (http://host:port/v1)"),
+    ] = None
+    api_model: Annotated[str | None, Field(description="the model name the server serves it under")] = None
+    api_endpoint: Annotated[
+        Literal["completions", "chat"],
+        Field(description="completions (this model's chat template applied here) or chat (the server's template)"),
+    ] = "completions"
+    concurrency: Annotated[int, CONCURRENCY.field, Field(description="requests in flight at once (--backend api)")] = 8
+    api_timeout: Annotated[
+        float, API_TIMEOUT.field, Field(description="seconds a request may take before it is retried")
+    ] = 120.0
+    api_retries: Annotated[
+        int, API_RETRIES.field, Field(description="retries of a failed request, with exponential backoff")
+    ] = 5
 
 
 SETTINGS = ("samples", "seed", "decoding", "base", "batch_size", "backend", "tensor_parallel_size", "invariance_check")
+SETTINGS += ("batch_invariant", "api_base", "api_model", "api_endpoint", "concurrency", "api_timeout", "api_retries")
+API_SETTINGS = ("api_base", "api_model", "api_endpoint", "concurrency", "api_timeout", "api_retries")
 
 
 def add_setting_flags(parser: argparse.ArgumentParser) -> None:
     """A flag per setting of EvalConfig, parsed and validated by the field itself (no default: the config's)."""
     for name in SETTINGS:
         info = EvalConfig.model_fields[name]
+        if info.annotation is bool:  # a switch: present means true
+            parser.add_argument("--" + name.replace("_", "-"), action="store_const", const=True, help=info.description)
+            continue
         annotation = Annotated[(info.annotation, *info.metadata)] if info.metadata else info.annotation
         parser.add_argument(
             "--" + name.replace("_", "-"),
@@ -196,6 +268,13 @@ class RunSpec:
     out: Path | None = None
     tensor_parallel_size: int = 1
     invariance_check: int = 0
+    batch_invariant: bool = False
+    api_base: str | None = None
+    api_model: str | None = None
+    api_endpoint: str = "completions"
+    concurrency: int = 8
+    api_timeout: float = 120.0
+    api_retries: int = 5
     extra: dict = field(default_factory=dict)
 
     @property
@@ -290,6 +369,27 @@ def build_spec(
     for task, task_lengths in spec.grid:
         for length in task_lengths:
             check_cell(spec.base, length, task)
+    served = [name for name in spec.models if get_model(name).source.get("kind") == "endpoint"]
+    if served and len(served) < len(spec.models):
+        raise UserError(f"{served[0]} is a served model: evaluate served and local models in separate runs")
+    if served and spec.backend not in (None, "api"):
+        raise UserError(f"{served[0]} is a served model (--backend api), not one for --backend {spec.backend}")
+    if served:
+        spec.backend = "api"
+    given = [name for name in API_SETTINGS if settings.get(name) is not None]
+    given += [name for name in ("api_base", "api_model") if getattr(spec, name) and name not in given]
+    if given and spec.backend != "api":
+        flag = "--" + given[0].replace("_", "-")
+        raise UserError(f"{flag} is a setting of served models; add --backend api (with --api-base URL)")
+    if spec.backend == "api" and not spec.api_base and not served:
+        raise UserError(
+            "--backend api needs --api-base URL (the server's OpenAI-compatible base, e.g. http://host:8000/v1)"
+        )
+    if spec.batch_invariant and spec.backend != "vllm":
+        raise UserError(
+            "--batch-invariant sets vLLM's batch-invariant kernels: add --backend vllm (a served vLLM takes "
+            "VLLM_BATCH_INVARIANT=1 when it starts)"
+        )
     if spec.tensor_parallel_size > 1 and spec.backend != "vllm":
         raise UserError(
             "--tensor-parallel-size splits a model across GPUs under --backend vllm only; add it or drop it"

@@ -5,17 +5,18 @@ alter what the model wrote?
 
 Problems are matched by cell (model, precision, adapter, task, base, length) and index; for each series the
 counts of problems in both runs, of identical outputs and of identical verdicts are printed, then the first
-differing outputs. A problem whose expression differs between the runs (another seed) is reported, not compared.
-Reads only; exits 0 whatever it finds.
+differing outputs. Outputs are compared with trailing whitespace aside: a server (--backend api) drops the newline
+that ended the first line, which the in-process backends keep. A problem whose expression differs between the runs
+(another seed) is reported, not compared. Reads only; exits 0 whatever it finds.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from pathlib import Path
 
 from harness.cli import ArgParser, UserError, input_path, run
+from harness.evidence import read_sample
 from harness.results import CellKey
 
 
@@ -28,20 +29,21 @@ def by_problem(directory: Path) -> dict[tuple[CellKey, int], dict]:
         lines = path.read_text(encoding="utf-8").splitlines()
     except UnicodeDecodeError:
         raise UserError(f"{path} is not UTF-8 text; pass run directories written by harness.eval") from None
+    except OSError as err:
+        raise UserError(f"cannot read {path}: {err.strerror}") from None
     samples = {}
     for number, line in enumerate(lines, 1):
         if not line.strip():
             continue
-        try:
-            sample = json.loads(line)
-            samples[(CellKey.of(sample), int(sample["index"]))] = sample
-            missing = sorted({"output", "expression", "correct"} - sample.keys())  # what compare reads
-        except (ValueError, KeyError, TypeError, AttributeError) as err:
-            problem = f"no {err}" if isinstance(err, KeyError) else "not a JSON sample"
-            raise UserError(f"{path} line {number}: {problem}; it was not written by harness.eval") from None
-        if missing:
-            raise UserError(f"{path} line {number}: no '{missing[0]}'; it was not written by harness.eval")
+        sample, problem = read_sample(line)
+        if problem:
+            raise UserError(f"{path} line {number}: {problem}; it was not written by harness.eval")
+        samples[(CellKey.of(sample), sample["index"])] = sample
     return samples
+
+
+def same_output(a: dict, b: dict) -> bool:
+    return a["output"].rstrip() == b["output"].rstrip()
 
 
 def compare(first: dict, second: dict, examples: int = 5) -> list[str]:
@@ -54,13 +56,13 @@ def compare(first: dict, second: dict, examples: int = 5) -> list[str]:
         keys = [key for key in shared if key[0].series == series]
         other_problem = [key for key in keys if first[key]["expression"] != second[key]["expression"]]
         same = [key for key in keys if key not in other_problem]
-        outputs = sum(first[key]["output"] == second[key]["output"] for key in same)
+        outputs = sum(same_output(first[key], second[key]) for key in same)
         verdicts = sum(bool(first[key]["correct"]) == bool(second[key]["correct"]) for key in same)
         line = f"{series}: {len(same)} problems in both, {outputs} identical outputs, {verdicts} identical verdicts"
         if other_problem:
             line += f" ({len(other_problem)} with another expression at the same index: another seed?)"
         lines.append(line)
-        differing += [key for key in same if first[key]["output"] != second[key]["output"]]
+        differing += [key for key in same if not same_output(first[key], second[key])]
     for key in differing[:examples]:
         cell, index = key
         lines.append(

@@ -21,6 +21,7 @@ from pathlib import Path
 from tqdm import tqdm
 
 from harness.backends import Sampling, backend_for, row_seeds
+from harness.backends.api import Endpoint
 from harness.cli import (
     ArgParser,
     UserError,
@@ -28,11 +29,11 @@ from harness.cli import (
     int_list,
     name_list,
     output_dir,
-    read_json,
     run,
     utf8,
 )
 from harness.config import SETTINGS, RunSpec, add_setting_flags, build_spec, load_config
+from harness.evidence import sample_digest
 from harness.models import ModelSpec, PrecisionSpec, get_model, get_precision
 from harness.parallel import Processes
 from harness.problems import DIGITS, Task, generate
@@ -40,7 +41,15 @@ from harness.prompts import TEMPLATE_FOR_TASK, user_message
 from harness.report import write_reports
 from harness.results import CellResult, RunDir, cell_key
 from harness.scoring import extract, is_correct, wilson_interval
-from harness.weights import check_hardware, check_transformers_can_read, check_weights, variant_weights
+from harness.weights import (
+    check_adapter_dir,
+    check_hardware,
+    check_transformers_can_read,
+    check_weights,
+    resolve_weights,
+    runtime_adapter,
+    variant_weights,
+)
 
 
 @dataclass
@@ -51,6 +60,7 @@ class Variant:
     precision: PrecisionSpec
     adapter: str | None
     backend: str = "hf"
+    endpoint: Endpoint | None = None  # --backend api: where the model is served (checked by a preflight request)
 
     @property
     def label(self) -> str:
@@ -73,6 +83,9 @@ def plan_variants(spec: RunSpec) -> list[Variant]:
         for precision_name in precisions_for(model, spec):
             precision = get_precision(model, precision_name)
             backend = backend_for(spec.backend, precision)
+            if backend == "api":
+                variants.append(plan_served(model, precision, spec))
+                continue
             check_hardware(model, precision, backend)
             check_weights(model, spec.model_path, precision)
             if backend == "hf" and precision.prequantized:
@@ -83,22 +96,56 @@ def plan_variants(spec: RunSpec) -> list[Variant]:
                     "(made by python -m finetune.train)"
                 )
             if spec.adapter:
-                check_adapter(Path(spec.adapter))
+                if model.source.get("kind") == "adapter":
+                    raise UserError(
+                        f"{model.name} is {model.source['base']} with its own adapter already; evaluate another "
+                        f"adapter on the base: --model {model.source['base']} --adapter {spec.adapter}"
+                    )
+                local = model.source.get("kind") != "hub" or spec.model_path
+                check_adapter_dir(
+                    Path(spec.adapter), (lambda m=model: resolve_weights(m, spec.model_path)) if local else None
+                )
             variants.append(Variant(model, precision, spec.adapter, backend))
     return variants
 
 
-def check_adapter(path: Path) -> None:
-    """A peft adapter directory, readable, before the base model loads."""
-    what = f"--adapter {path} is not a peft adapter directory"
-    if not (path / "adapter_config.json").is_file():
-        raise UserError(f"{what} (no adapter_config.json); make one with python -m finetune.train")
-    config = read_json(path / "adapter_config.json", what)
-    if "peft_type" not in config:
-        raise UserError(f"{what}: its adapter_config.json has no peft_type")
-    weights = [path / "adapter_model.safetensors", path / "adapter_model.bin"]
-    if not any(weights_file.is_file() for weights_file in weights):
-        raise UserError(f"{what} (no adapter_model.safetensors)")
+def plan_served(model: ModelSpec, precision: PrecisionSpec, spec: RunSpec) -> Variant:
+    """A model served elsewhere (--backend api): no weights here, no GPU needed here, the precision declared; the
+    tokenizer is needed where the prompt is templated here (completions mode). The endpoint answers a preflight
+    request now, before any file is written."""
+    from harness.backends.api import Endpoint, parse_bases, preflight
+
+    if spec.adapter:
+        raise UserError("with --backend api the server applies adapters (serve the model with it); drop --adapter")
+    source = model.source if model.source.get("kind") == "endpoint" else {}
+    mode = source.get("mode", spec.api_endpoint)
+    local = tokenizer_model(model)
+    if mode == "completions":
+        if local is None or (local.source.get("kind") == "hub" and not spec.model_path):
+            raise UserError(
+                f"--api-endpoint completions applies {model.name}'s chat template here, from its tokenizer; pass "
+                "--model-path DIR with it, or use --api-endpoint chat (the server's template)"
+            )
+        check_weights(local, spec.model_path)
+    endpoint = Endpoint(
+        parse_bases(spec.api_base or source.get("base", "")),
+        spec.api_model or source.get("model") or model.name,
+        mode,
+        spec.concurrency,
+        spec.api_timeout,
+        spec.api_retries,
+    )
+    preflight(endpoint)
+    return Variant(model, precision, None, "api", endpoint)
+
+
+def tokenizer_model(model: ModelSpec) -> ModelSpec | None:
+    """The registry model whose tokenizer (and chat template) a served model's prompts are made with: a served
+    entry's ``tokenizer``, or the model itself when it is a local one."""
+    if model.source.get("kind") != "endpoint":
+        return model
+    name = model.source.get("tokenizer")
+    return get_model(name) if name else None
 
 
 def max_new_tokens(backend, task: Task, base: int, length: int) -> int:
@@ -168,39 +215,58 @@ def run_group(
     if generations is None:
         return None
     total_tokens = max(1, sum(g.tokens for g in generations))
+    rows_in_batch = batch_rows(len(generations), backend.batch_size)
     results, offset = [], 0
     for cell in cells:
-        own = generations[offset : offset + len(cell.problems)]
-        own_budgets, own_seeds = (
-            budgets[offset : offset + len(cell.problems)],
-            seeds[offset : offset + len(cell.problems)],
-        )
+        own = slice(offset, offset + len(cell.problems))
         offset += len(cell.problems)
-        share = wall * sum(g.tokens for g in own) / total_tokens  # the group's time, split by tokens
-        row, samples = score_cell(backend, cell, spec, own, share, total_tokens / wall if wall > 0 else 0.0)
+        share = wall * sum(g.tokens for g in generations[own]) / total_tokens  # the group's time, split by tokens
+        tokens_per_s = total_tokens / wall if wall > 0 else 0.0
+        row, samples = score_cell(backend, cell, spec, generations[own], share, tokens_per_s)
         if spec.invariance_check:
-            row = invariance_check(backend, cell, spec, samples, own_budgets, own_seeds, row, progress)
+            batched = (budgets[own], seeds[own], rows_in_batch[own])
+            row = invariance_check(backend, cell, spec, samples, batched, row, progress)
         results.append((row, samples))
     return results
 
 
+def batch_rows(count: int, batch_size: int) -> list[int]:
+    """For each of ``count`` prompts generated in one call, the rows of the batch it was generated in (the batches
+    of ChatBackend.generate: consecutive, ``batch_size`` rows, the last one shorter)."""
+    return [min(batch_size, count - index // batch_size * batch_size) for index in range(count)]
+
+
 def invariance_check(
-    backend, cell: Cell, spec: RunSpec, samples: list[dict], budgets, seeds, row: CellResult, progress
+    backend, cell: Cell, spec: RunSpec, samples: list[dict], batched: tuple, row: CellResult, progress
 ) -> CellResult:
-    """Generate the cell's first K problems again one at a time (same budgets and seeds) and count the outputs and
-    verdicts that differ from the batched run's ``samples``, scored by the same rule."""
+    """Generate the cell's first K problems again in a batch of another size (same budgets and seeds) and count the
+    outputs and verdicts that differ from the batched run's ``samples``, scored by the same rule.
+
+    A problem generated in a batch of several rows is generated again alone; one that was generated alone (a
+    ``--batch-size 1`` run, or the last row of a group) is generated again in a batch of two, beside the cell's
+    next problem (or a copy of itself in a one-problem cell): the check never compares a batch size with itself.
+    ``flip_batch`` records the re-run's batch sizes."""
+    budgets, seeds, rows_in_batch = batched
     k = min(spec.invariance_check, len(cell.problems))
     outputs = verdicts = 0
+    sizes = set()
     for index in range(k):
-        alone = backend.generate(
-            [cell.prompts[index]], [budgets[index]], Sampling.named(spec.decoding), seed=[seeds[index]]
-        )
-        problem, batched = cell.problems[index], samples[index]
+        rows = [index] if rows_in_batch[index] > 1 else [index, (index + 1) % len(cell.problems)]
+        sizes.add(len(rows))
+        again = backend.generate(
+            [cell.prompts[i] for i in rows],
+            [budgets[i] for i in rows],
+            Sampling.named(spec.decoding),
+            seed=[seeds[i] for i in rows],
+            batch_size=len(rows),
+        )[0]
+        problem, before = cell.problems[index], samples[index]
         progress.update(1)
-        outputs += alone[0].text != batched["output"]
-        answer = extract(alone[0].text, spec.base, problem.expression).answer
-        verdicts += is_correct(answer, problem.answer, spec.base) != batched["correct"]
-    return replace(row, flip_k=k, flip_outputs=outputs, flip_verdicts=verdicts)
+        outputs += again.text != before["output"]
+        answer = extract(again.text, spec.base, problem.expression).answer
+        verdicts += is_correct(answer, problem.answer, spec.base) != before["correct"]
+    flip_batch = ",".join(str(size) for size in sorted(sizes))
+    return replace(row, flip_k=k, flip_outputs=outputs, flip_verdicts=verdicts, flip_batch=flip_batch)
 
 
 def score_cell(backend, cell: Cell, spec: RunSpec, generations, wall: float, tokens_per_s: float):
@@ -235,6 +301,7 @@ def score_cell(backend, cell: Cell, spec: RunSpec, generations, wall: float, tok
                 "correct": hit,
             }
         )
+        samples[-1]["digest"] = sample_digest(samples[-1])
     low, high = wilson_interval(correct, len(problems))
     tokens = sum(g.tokens for g in generations)
     precision = variant.precision
@@ -267,22 +334,55 @@ def score_cell(backend, cell: Cell, spec: RunSpec, generations, wall: float, tok
         tokens_per_s=tokens_per_s,
         kernel=backend.kernel,
         matmul_precision=backend.matmul_precision,
+        **served_fields(backend, Sampling.named(spec.decoding), generations),
     )
     return row, samples
+
+
+def served_fields(backend, sampling: Sampling, generations) -> dict:
+    """What a row records about where its outputs came from: loaded here, or a served model's declared precision,
+    endpoint, reported model id, request mode, request parameters and the server's prompt-token count."""
+    if backend.name != "api":
+        return {"precision_source": "loaded", "decoding_params": sampling_params(sampling)}
+    return {
+        "precision_source": "declared",
+        "endpoint": backend.endpoint.shown(),
+        "served_model": backend.served_model,
+        "request_mode": backend.endpoint.mode,
+        "decoding_params": backend.decoding_note(sampling),
+        "prompt_tokens": sum(g.prompt_tokens for g in generations),
+    }
+
+
+def sampling_params(sampling: Sampling) -> str:
+    if not sampling.do_sample:
+        return "greedy (argmax)"
+    return f"temperature {sampling.temperature}, top_p {sampling.top_p}, top_k {sampling.top_k}, seed per problem"
 
 
 def load_variant(variant: Variant, spec: RunSpec):
     """The variant's weights, loaded into its backend."""
     from harness.backends import load_backend
 
+    if variant.backend == "api":
+        from transformers import AutoTokenizer
+
+        from harness.backends.api import APIBackend
+
+        owner = tokenizer_model(variant.model)
+        local = owner is not None and (owner.source.get("kind") != "hub" or spec.model_path)
+        tokenizer = AutoTokenizer.from_pretrained(resolve_weights(owner, spec.model_path)) if local else None
+        journal = Path(spec.out or spec.default_out()) / "responses.jsonl"
+        return APIBackend(variant.endpoint, variant.precision, tokenizer, spec.batch_size, journal)
     weights = variant_weights(variant.model, variant.precision, spec.model_path)
     return load_backend(
         variant.backend,
         weights,
         variant.precision,
-        variant.adapter,
+        variant.adapter or runtime_adapter(variant.model, variant.precision, spec.model_path),
         spec.batch_size,
         tensor_parallel_size=spec.tensor_parallel_size,
+        batch_invariant=spec.batch_invariant,
     )
 
 

@@ -1,7 +1,9 @@
-"""Data-parallel evaluation under ``accelerate launch`` (or torchrun / mpirun): every process loads the
-model, each generates its share of every cell's batches (``Shard``), and the main process gathers the
-generations and alone writes the run directory. Batches, prefixes and seeds are those of a single process,
-so the merged results.csv and samples.jsonl equal a single-process run's, row for row (timing columns aside).
+"""Data-parallel evaluation under ``accelerate launch`` (or torchrun / mpirun / ``srun -n N``): every process loads
+the model, each generates its share of every cell's batches (``Shard``), and the main process gathers the
+generations and alone writes the run directory. Under srun (a Slurm job step of N tasks, with no other launcher's
+variables) the ranks come from SLURM_PROCID / SLURM_STEP_NUM_TASKS and the processes meet on the step's first node.
+Batches, prefixes and seeds are those of a single process, so the merged results.csv and samples.jsonl equal a
+single-process run's, row for row (timing columns aside).
 
 One process (plain ``python -m harness.eval``) never imports accelerate or torch.distributed.
 """
@@ -23,12 +25,40 @@ def launched_world_size() -> int:
     return 1
 
 
+def slurm_step_ranks() -> bool:
+    """Under ``srun -n N`` (N > 1) with no other launcher: torch.distributed's variables from Slurm's, so that the
+    tasks of the step meet (the first node of the step, a port of the job's). An sbatch script's own shell is no
+    step of N tasks (SLURM_STEP_NUM_TASKS is srun's), so a plain command there stays one process."""
+    tasks = int(os.environ.get("SLURM_STEP_NUM_TASKS", "1") or 1)
+    if tasks < 2 or launched_world_size() > 1 or "SLURM_PROCID" not in os.environ:
+        return False
+    first = os.environ.get("SLURM_STEP_NODELIST") or os.environ.get("SLURM_NODELIST", "")
+    host = "127.0.0.1"
+    if first:
+        import subprocess
+
+        try:
+            names = subprocess.run(["scontrol", "show", "hostnames", first], capture_output=True, text=True, timeout=30)
+            host = names.stdout.split()[0] if names.returncode == 0 and names.stdout.split() else host
+        except (OSError, subprocess.SubprocessError):
+            pass
+    job, step = int(os.environ.get("SLURM_JOB_ID", "0") or 0), int(os.environ.get("SLURM_STEP_ID", "0") or 0)
+    os.environ.update(
+        RANK=os.environ["SLURM_PROCID"],
+        WORLD_SIZE=str(tasks),
+        LOCAL_RANK=os.environ.get("SLURM_LOCALID", "0"),
+        MASTER_ADDR=host,
+        MASTER_PORT=os.environ.get("MASTER_PORT") or str(20000 + (job * 7 + step) % 20000),
+    )
+    return True
+
+
 class Processes:
     """This process's place among the evaluation processes; trivial when there is one."""
 
     def __init__(self) -> None:
         self.shard = SINGLE_PROCESS
-        if launched_world_size() > 1:
+        if slurm_step_ranks() or launched_world_size() > 1:
             import torch
             from accelerate import PartialState
 

@@ -29,13 +29,16 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from harness.autoawq import require_gptqmodel
-from harness.cli import SEED, ArgParser, Bound, UserError, output_dir, run
+from harness.cli import SEED, ArgParser, Bound, UserError, command_line, output_dir, run
+from harness.lock import DirectoryLock
 from harness.models import W4_PRECISIONS, ModelSpec, get_model, get_precision
 from harness.problems import heldout_problems, parse_task
 from harness.prompts import user_message
+from harness.results import follow_umask
 from harness.weights import quantized_dir, resolve_weights
 
 QUANTIZE_ENV = Path(__file__).resolve().parent.parent / ".venv-quantize"
+HANDED_OVER = "NUMPREC_QUANTIZE_HANDED_OVER"  # set for the quantization environment's process
 FORMATS = ("compressed-tensors", "autoawq")
 CALIBRATION_TASKS = ("add", "iter_add:3", "mul")
 GROUP_SIZE = Bound(8, 4096, "a group spans at most one row of weights; GPTQ and AWQ use 32-128")
@@ -148,6 +151,7 @@ def quantize(model_name: str, method: str, bits: int, group_size: int, out: Path
         "versions": _versions("llmcompressor", "compressed-tensors", "transformers", "torch"),
     }
     (staging / "numprec_quantize.json").write_text(json.dumps(info, indent=2) + "\n")
+    follow_umask(staging)
     if out.exists():
         shutil.rmtree(out)
     os.replace(staging, out)
@@ -186,7 +190,8 @@ def _hand_over(argv: Sequence[str]) -> int:
             "llm-compressor is not installed here (it pins an older transformers); "
             "run: bash scripts/setup_quantize.sh, then repeat this command"
         )
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(QUANTIZE_ENV.parent), os.environ.get("PYTHONPATH", "")]))
+    path = os.pathsep.join([str(QUANTIZE_ENV.parent), os.environ.get("PYTHONPATH", "")])
+    env = dict(os.environ, PYTHONPATH=path, **{HANDED_OVER: "1"})
     return subprocess.call([str(python), "-m", "harness.quantize", *argv], env=env)
 
 
@@ -224,10 +229,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         require_gptqmodel()  # the conversion packs with gptqmodel: fail now, not after the calibration
     # llm-compressor always writes compressed-tensors; AutoAWQ is a rewrite of the same codes afterwards.
     calibrated = out if checkpoint_format == "compressed-tensors" else out.with_name(out.name + ".compressed-tensors")
-    try:
-        out.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as err:
-        raise UserError(f"cannot write {out}: {err.strerror}; choose a writable --out") from None
+    # The checkpoint directory is replaced whole when it is done, so the writer's lock is on the folder holding it:
+    # one quantization at a time per folder. In the quantization environment the main environment holds it.
+    lock = None if os.environ.get(HANDED_OVER) else DirectoryLock(out.parent, command_line("harness.quantize", argv))
     try:
         try:
             import llmcompressor  # noqa: F401
@@ -251,6 +255,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     finally:
         if calibrated != out:
             shutil.rmtree(calibrated, ignore_errors=True)
+        if lock:
+            lock.release()
     return 0
 
 

@@ -2,56 +2,22 @@
 
     python -m harness.rescore reports/quantization-cpu
 
-Every stored output is read again (answer, rule, verdict); rows, comparisons, anatomy and summary are rewritten
-from the new verdicts, the command is added to run.json, and each verdict that changed is printed, so a change of
-scoring rules is visible answer by answer. The directory is locked and checked as harness.eval does.
+Every finished cell is checked against its evidence as harness.eval checks it on resume (harness/evidence.py): each
+stored output is read again (answer, rule, verdict) and each row recomputed from its samples; rows, comparisons,
+anatomy and summary are rewritten, the command is added to run.json, and each verdict that changed is printed, so
+a change of scoring rules is visible answer by answer. A cell whose samples are missing or damaged cannot be
+re-scored: it is kept as it is, never deleted, and named with the command that would compute it again. The
+directory is locked as harness.eval locks it.
 """
 
 from __future__ import annotations
 
-import json
-import shlex
 import sys
 from collections.abc import Sequence
-from dataclasses import replace
 
-from harness.cli import ArgParser, UserError, input_path, run
-from harness.report import read_samples, write_reports
-from harness.results import CellKey, RunDir, atomic_write_text, results_csv_text
-from harness.scoring import extract, is_correct, wilson_interval
-
-
-def rescore(run_dir: RunDir) -> tuple[list[str], list[dict]]:
-    """Re-read every sample of ``run_dir``; rewrite samples and rows; return one line per changed verdict, and the
-    rescored samples."""
-    samples = read_samples(run_dir.samples_path)
-    changes, tallies = [], {}
-    for sample in samples:
-        base = int(sample["base"])
-        extraction = extract(sample["output"], base, sample["expression"])
-        verdict = is_correct(extraction.answer, sample["gold"], base)
-        if verdict != bool(sample["correct"]):
-            before = "right" if sample["correct"] else "wrong"
-            changes.append(
-                f"{sample['model']} {sample['precision']} {sample['expression']} = {sample['gold']}: {before} -> "
-                f"{'right' if verdict else 'wrong'} ({extraction.rule}; output {sample['output'].strip()[:60]!r})"
-            )
-        sample.update(extracted=extraction.answer, rule=extraction.rule, correct=verdict)
-        tally = tallies.setdefault(CellKey.of(sample), [0, 0])
-        tally[0] += verdict
-        tally[1] += extraction.answer is None
-    rows = []
-    for row in run_dir.rows:
-        correct, no_answer = tallies.get(row.key, (0, 0))
-        low, high = wilson_interval(correct, row.n)
-        rows.append(
-            replace(row, correct=correct, accuracy=correct / row.n, ci_low=low, ci_high=high, no_answer=no_answer)
-        )
-    text = "".join(json.dumps(sample, ensure_ascii=False) + "\n" for sample in samples)
-    atomic_write_text(run_dir.samples_path, text)  # samples first: a row always has its samples
-    atomic_write_text(run_dir.results_path, results_csv_text(rows))
-    run_dir.rows = rows
-    return changes, samples
+from harness.cli import ArgParser, UserError, command_line, input_path, read_json, run
+from harness.report import write_reports
+from harness.results import RunDir
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -61,22 +27,34 @@ def main(argv: Sequence[str] | None = None) -> int:
     meta_path = args.run / "run.json"
     if not meta_path.is_file() or not (args.run / "results.csv").is_file():
         raise UserError(f"{args.run} is not a harness.eval run directory (no run.json and results.csv)")
-    identity = json.loads(meta_path.read_text(encoding="utf-8")).get("identity")
+    meta = read_json(meta_path, f"{meta_path} is not a harness.eval run record")
+    identity = meta.get("identity") if isinstance(meta, dict) else None
     if not isinstance(identity, dict):
         raise UserError(f"{meta_path} has no identity; it was not written by harness.eval")
-    command = "python -m harness.rescore " + shlex.join(sys.argv[1:] if argv is None else list(argv))
-    run_dir = RunDir(args.run, identity, command, {"rescore": True})
+    run_dir = RunDir(args.run, identity, command_line("harness.rescore", argv), {"rescore": True}, recompute=False)
     try:
         for repair in run_dir.repairs:
-            print(f"repaired {args.run}: {repair}", file=sys.stderr)
-        changes, samples = rescore(run_dir)
-        write_reports(run_dir.path, run_dir.rows, run_dir.commands(), samples)
+            print(f"rescored {args.run}: {repair}", file=sys.stderr)
+        write_reports(run_dir.path, run_dir.rows, run_dir.commands())
+        evals = [command for command in run_dir.commands() if command.startswith("python -m harness.eval")]
     finally:
         run_dir.close()
+    changes = [line for check in run_dir.checks for line in check.verdicts_changed]
+    readings = sum(check.readings_changed for check in run_dir.checks)
     for line in changes:
         print(line)
     total = sum(row.n for row in run_dir.rows)
-    print(f"rescored {total} answers in {args.run}: {len(changes)} verdict(s) changed")
+    print(
+        f"rescored {total} answers in {args.run}: {len(changes)} verdict(s) changed, "
+        f"{readings} answer(s) read differently"
+    )
+    if run_dir.untrusted:
+        again = evals[-1] if evals else "the harness.eval command that made it"
+        print(
+            f"not re-scored, kept as they were: {len(run_dir.untrusted)} cell(s) whose samples are missing or damaged "
+            f"({'; '.join(run_dir.untrusted[:3])}{' ...' if len(run_dir.untrusted) > 3 else ''}); "
+            f"compute them again with: {again}"
+        )
     return 0
 
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import csv
-import fcntl
 import io
 import json
 import os
@@ -23,6 +22,7 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
 from harness.cli import UserError
+from harness.lock import DirectoryLock
 
 
 @dataclass
@@ -67,6 +67,17 @@ class CellResult:
     flip_k: int = 0
     flip_outputs: int = 0
     flip_verdicts: int = 0
+    # The batch sizes the K problems were generated again at (1 for rows batched with others; 2 for rows that the
+    # batched run generated alone), so that a check never compares a batch size with itself.
+    flip_batch: str = ""
+    # "loaded": this process loaded the weights at that precision; "declared": a served model (--backend api), whose
+    # precision is what the user says the server runs.
+    precision_source: str = ""
+    endpoint: str = ""  # served models: the base URL(s), never the key
+    served_model: str = ""  # the model id the server reported
+    request_mode: str = ""  # completions (template applied here) or chat (the server's template)
+    decoding_params: str = ""  # what the requests asked for (top_k not applied where the API has none)
+    prompt_tokens: int = 0  # summed over the cell, as the server counted them (0 where not counted)
 
     @property
     def key(self) -> CellKey:
@@ -75,7 +86,8 @@ class CellResult:
 
 COLUMNS = [f.name for f in fields(CellResult)]
 # Columns added after run directories were already written; a file without them reads them as "" (not recorded).
-LATER_COLUMNS = {"kernel", "matmul_precision", "flip_k", "flip_outputs", "flip_verdicts"}
+LATER_COLUMNS = {"kernel", "matmul_precision", "flip_k", "flip_outputs", "flip_verdicts", "flip_batch"}
+LATER_COLUMNS |= {"precision_source", "endpoint", "served_model", "request_mode", "decoding_params", "prompt_tokens"}
 _INT_COLUMNS = {f.name for f in fields(CellResult) if f.type == "int"}
 _FLOAT_COLUMNS = {f.name for f in fields(CellResult) if f.type == "float"}
 
@@ -149,6 +161,16 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
         raise
 
 
+def follow_umask(path: Path) -> None:
+    """Give ``path`` (a file, or a directory and everything under it) the modes the user's umask allows. safetensors
+    writes its files 0600 whatever the umask; weights are results like any other, to be shared as the user set."""
+    path = Path(path)
+    mask = _umask()
+    for item in [path, *path.rglob("*")] if path.is_dir() else [path]:
+        if not item.is_symlink():
+            os.chmod(item, (0o777 if item.is_dir() else 0o666) & ~mask)
+
+
 def _umask() -> int:
     current = os.umask(0o022)  # reading the umask means setting it: put it straight back
     os.umask(current)
@@ -156,6 +178,7 @@ def _umask() -> int:
 
 
 def _parse_row(row: dict[str, str]) -> CellResult:
+    """A results row, or ValueError/TypeError when a value is of the wrong type or names no possible cell."""
     values: dict = {}
     for name in COLUMNS:
         raw = row.get(name, "")
@@ -169,7 +192,22 @@ def _parse_row(row: dict[str, str]) -> CellResult:
             values[name] = int(raw) if raw.strip() else ""
         else:
             values[name] = raw
-    return CellResult(**values)
+    result = CellResult(**values)
+    _check_cell_of(result)
+    return result
+
+
+def _check_cell_of(row: CellResult) -> None:
+    """A row must name a cell harness.eval could have computed (a task, base, length and n in range)."""
+    from harness.problems import Task, check_cell
+
+    try:
+        task = Task(row.task, row.operands, int(row.truncate) if str(row.truncate).strip() else None)
+        check_cell(row.base, row.length, task)
+    except UserError as err:
+        raise ValueError(str(err)) from None
+    if not 1 <= row.n <= 1_000_000 or not 0 <= row.correct <= row.n:
+        raise ValueError(f"n {row.n}, correct {row.correct}")
 
 
 def read_results(path: Path) -> tuple[list[CellResult], int]:
@@ -177,6 +215,7 @@ def read_results(path: Path) -> tuple[list[CellResult], int]:
     such a row's cell simply counts as not finished."""
     if not path.exists():
         return [], 0
+    _check_file(path)
     try:
         with open(path, newline="", encoding="utf-8") as handle:
             reader = csv.DictReader(handle)
@@ -196,6 +235,29 @@ def read_results(path: Path) -> tuple[list[CellResult], int]:
         raise UserError(
             f"{path} is not UTF-8 text; remove it to recompute its cells, or choose another --out"
         ) from None
+    except csv.Error as err:
+        raise UserError(
+            f"{path} is not a CSV file numprec can read ({err}); remove it, or choose another --out"
+        ) from None
+    except OSError as err:
+        raise UserError(f"cannot read {path}: {err.strerror}; fix its permissions, or choose another --out") from None
+
+
+def _check_file(path: Path) -> None:
+    """A run directory's file must be a regular file (not a directory or a device) before it is read or replaced."""
+    if path.exists() and not path.is_file():
+        raise UserError(
+            f"{path} is not a regular file (a directory stands there?); move it away, or choose another --out"
+        )
+
+
+def _read_text(path: Path) -> str:
+    """A run file's text; undecodable bytes become U+FFFD (the lines holding them are then invalid, not fatal)."""
+    _check_file(path)
+    try:
+        return path.read_text(encoding="utf-8", errors="replace")
+    except OSError as err:
+        raise UserError(f"cannot read {path}: {err.strerror}; fix its permissions, or choose another --out") from None
 
 
 def csv_text(rows: Iterable, columns: list[str], decimals: dict[str, int]) -> str:
@@ -215,37 +277,46 @@ def results_csv_text(rows: Iterable[CellResult]) -> str:
     return csv_text(rows, COLUMNS, decimals)
 
 
+# Every file a run directory holds (harness/report.py writes the last five from the first two).
+OUTPUT_FILES = ("results.csv", "samples.jsonl", "run.json", "summary.md", "accuracy_vs_length.png")
+OUTPUT_FILES += ("comparisons.csv", "anatomy.csv", "error_anatomy.png")
+
+
 class RunDir:
     """The files of one run and the cells already finished in it."""
 
     # Fields that must agree for two invocations to share a directory: rows would not be comparable otherwise.
     IDENTITY = ("samples", "seed", "decoding")
 
-    def __init__(self, path: Path, identity: dict, command: str, spec: dict):
+    def __init__(self, path: Path, identity: dict, command: str, spec: dict, recompute: bool = True):
+        """Lock the directory, check what it holds (``recompute``: may drop cells to compute them again; False for
+        a command that cannot, which keeps them and lists them in ``untrusted``) and record this invocation."""
         self.path = Path(path)
+        self._created = not self.path.exists()
+        self._lock = DirectoryLock(self.path, command)
         try:
-            self.path.mkdir(parents=True, exist_ok=True)
-            probe = self.path / ".write-probe"
-            probe.write_text("")
-            probe.unlink()
-        except OSError as err:
-            raise UserError(
-                f"cannot write to output directory {self.path}: {err.strerror}; pass --out with a writable directory"
-            ) from None
-        self._lock_fd = _lock_directory(self.path)
+            self._open(identity, command, spec, recompute)
+        except BaseException:
+            self._lock.release()
+            raise
+
+    def _open(self, identity: dict, command: str, spec: dict, recompute: bool) -> None:
         # A kill during an atomic write leaves its temporary file; with the lock held no writer is mid-write.
         for stray in self.path.glob(".*.tmp"):
             stray.unlink(missing_ok=True)
         self.results_path = self.path / "results.csv"
         self.samples_path = self.path / "samples.jsonl"
         self.meta_path = self.path / "run.json"
+        for name in OUTPUT_FILES:  # each is replaced whole later: a directory in its place stops the run now
+            _check_file(self.path / name)
+        self._meta()  # the directory's record first: a damaged one is said as such, whatever else is there
         self.repairs: list[str] = []  # what resuming found damaged and set right, for the user to read
         rows, damaged = read_results(self.results_path)
         if damaged:
             self.repairs.append(f"{damaged} damaged row(s) of results.csv left out")
         self._check_identity(identity, rows)
         self.rows = rows
-        self._reconcile_samples()
+        self._reconcile_samples(recompute)
         history = self._meta().get("invocations", [])
         # pid, host and start name the holder to a second process that finds the directory locked
         history.append(
@@ -261,10 +332,15 @@ class RunDir:
         atomic_write_text(self.meta_path, json.dumps(meta, indent=2) + "\n")
 
     def close(self) -> None:
-        """Release the directory lock (process exit releases it too, kill -9 included)."""
-        if self._lock_fd is not None:
-            os.close(self._lock_fd)
-            self._lock_fd = None
+        """Release the directory lock (process exit releases it too, kill -9 included). A directory this run created
+        and finished no cell in (stopped by Ctrl-C or an error before its first cell) is removed again: it holds
+        nothing but this invocation's record."""
+        self._lock.release()
+        if self._created and not getattr(self, "rows", None):
+            for name in ("run.json", "results.csv", "samples.jsonl"):
+                (self.path / name).unlink(missing_ok=True)
+            with contextlib.suppress(OSError):
+                self.path.rmdir()  # only if nothing else is there
 
     @property
     def done(self) -> set[tuple]:
@@ -273,11 +349,18 @@ class RunDir:
     def _meta(self) -> dict:
         if not self.meta_path.exists():
             return {}
+        _check_file(self.meta_path)
         try:
-            meta = json.loads(self.meta_path.read_text(encoding="utf-8"))
-        except (json.JSONDecodeError, UnicodeDecodeError):
+            meta = json.loads(self.meta_path.read_text(encoding="utf-8"))  # strictly: a damaged record is not rewritten
+        except (ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
             meta = None
-        if not isinstance(meta, dict) or not isinstance(meta.get("invocations", []), list):
+        except OSError as err:
+            raise UserError(f"cannot read {self.meta_path}: {err.strerror}; fix it, or choose another --out") from None
+        invocations = meta.get("invocations", []) if isinstance(meta, dict) else None
+        readable = isinstance(invocations, list) and all(
+            isinstance(entry, dict) and isinstance(entry.get("command"), str) for entry in invocations
+        )
+        if not readable or not isinstance(meta.get("identity", {}), dict):
             raise UserError(
                 f"{self.meta_path} is damaged (not numprec's run record); remove it (results.csv and samples.jsonl "
                 "are checked on their own) or choose another --out"
@@ -311,38 +394,59 @@ class RunDir:
             )
             raise UserError(f"{self.path} holds a run with other settings ({diff}); pass another --out to keep both")
 
-    def _reconcile_samples(self) -> None:
-        """A finished cell is a results row *and* all n of its samples. Samples of a cell with no row (killed
-        between the two writes), invalid lines and repeated problems are dropped; a row whose samples are missing
-        or incomplete (a deleted or cut samples.jsonl) is dropped too, so that its cell is computed again."""
-        lines: dict[CellKey, dict[int, str]] = {}
-        invalid = 0
-        text = self.samples_path.read_text(encoding="utf-8", errors="replace") if self.samples_path.exists() else ""
+    def _reconcile_samples(self, recompute: bool) -> None:
+        """Every finished cell checked against its samples (harness/evidence.py). A cell whose row disagrees with
+        its samples, or whose verdicts the current scorer reads differently, is rewritten from them; a cell whose
+        samples are missing, foreign or edited is dropped to be computed again (``recompute``), or, where the caller
+        cannot compute (rescore), kept as it is and listed in ``untrusted``. Repeated rows and samples, samples of
+        no finished cell and invalid lines are dropped when computing (their cells are computed again) and kept
+        otherwise. Each repair is said in ``repairs``."""
+        from harness.evidence import check_cell, parse_sample
+
+        text = _read_text(self.samples_path) if self.samples_path.exists() else ""
+        cells: dict[CellKey, dict[int, dict]] = {}
+        leftovers, invalid, repeated_samples = [], 0, 0
         for line in text.splitlines(keepends=True):
-            try:
-                record = json.loads(line)
-                key = CellKey.of(record)
-                index = int(record["index"])
-            except (json.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError):
+            record = parse_sample(line)
+            if record is None:
                 invalid += 1
+                leftovers.append(line)
                 continue
-            lines.setdefault(key, {}).setdefault(index, line if line.endswith("\n") else line + "\n")
-        kept_rows, seen, repeated, incomplete = [], set(), 0, 0
+            own = cells.setdefault(CellKey.of(record), {})
+            if record["index"] in own:
+                repeated_samples += 1
+                continue
+            own[record["index"]] = record
+        kept_rows, kept_samples, seen, repeated_rows = [], [], set(), 0
+        self.checks, self.untrusted = [], []
         for row in self.rows:
             if row.key in seen:
-                repeated += 1
-            elif set(lines.get(row.key, {})) == set(range(row.n)):
-                kept_rows.append(row)
-            else:
-                incomplete += 1
+                repeated_rows += 1
+                continue
             seen.add(row.key)
-        if repeated:
-            self.repairs.append(f"{repeated} repeated row(s) of results.csv dropped")
-        if incomplete:
-            self.repairs.append(f"{incomplete} cell(s) missing some of their samples will be computed again")
-        if invalid:
+            check = check_cell(row, cells.get(row.key, {}))
+            self.checks.append(check)
+            where = f"{row.key.series} {row.key.task_label} n={row.length}"
+            if check.status == "untrusted" and recompute:
+                self.repairs.append(f"{where}: {check.why}; it will be computed again")
+                continue
+            if check.status == "untrusted":
+                self.untrusted.append(f"{where} ({check.why})")
+            elif check.status == "rewritten":
+                self.repairs.append(f"{where}: row and samples rewritten from the samples' evidence ({check.why})")
+            kept_rows.append(check.row)
+            kept_samples += check.samples
+        orphans = [s for key, own in cells.items() if key not in seen for s in own.values()]
+        if repeated_rows:
+            self.repairs.append(f"{repeated_rows} repeated row(s) of results.csv dropped")
+        if repeated_samples:
+            self.repairs.append(f"{repeated_samples} repeated sample(s) of samples.jsonl dropped")
+        if recompute and invalid:
             self.repairs.append(f"{invalid} invalid line(s) of samples.jsonl dropped")
-        kept = "".join(line for row in kept_rows for _, line in sorted(lines[row.key].items()))
+        lines = [json.dumps(sample, ensure_ascii=False) + "\n" for sample in kept_samples]
+        if not recompute:  # what cannot be recomputed here stays, as it was
+            lines += [json.dumps(sample, ensure_ascii=False) + "\n" for sample in orphans] + leftovers
+        kept = "".join(lines)
         if kept != text:
             atomic_write_text(self.samples_path, kept)
         if kept_rows != self.rows or self.repairs:
@@ -356,29 +460,6 @@ class RunDir:
         atomic_write_bytes(self.samples_path, old + new)
         self.rows.append(row)
         atomic_write_text(self.results_path, results_csv_text(self.rows))
-
-
-def _lock_directory(path: Path) -> int:
-    """One writer per run directory: an advisory lock on the directory itself (no lock file to leave behind),
-    held until close() or process exit. A second writer would duplicate or lose cells."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        os.close(fd)
-        raise UserError(
-            f"another process{_holder(path)} is writing to {path}; wait for it to finish, or pass another --out"
-        ) from None
-    return fd
-
-
-def _holder(path: Path) -> str:
-    """' (pid 123 on host, since 12:00: COMMAND)' from the holder's entry in run.json, when it is there yet."""
-    try:
-        last = json.loads((path / "run.json").read_text(encoding="utf-8"))["invocations"][-1]
-        return f" (pid {last['pid']} on {last['host']}, since {last['started']}: {last['command']})"
-    except (OSError, ValueError, KeyError, IndexError, TypeError):
-        return ""
 
 
 def library_versions() -> dict[str, str]:

@@ -10,12 +10,14 @@ import importlib.util
 import os
 import shutil
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
-from harness.cli import UserError, read_json
-from harness.gguf import GGUF_VERSION, gguf_variant
+from harness.cli import UserError, one_line, read_json
+from harness.gguf import GGUF_VERSION, check_gguf_type, gguf_variant
 from harness.models import W4_PRECISIONS, ModelSpec, PrecisionSpec
 from harness.quiet import quiet_transformers
+from harness.results import follow_umask
 
 
 def has_cuda() -> bool:
@@ -49,6 +51,9 @@ def check_weights(model: ModelSpec, model_path: str | None = None, precision: Pr
         check_model_dir(Path(model_path))
     elif model.source.get("kind") == "gguf-package":
         gguf_file(model.source["package"], model.source["file"])
+    elif model.source.get("kind") == "adapter":
+        model_adapter(model)
+        check_weights(base_model(model))
     elif model.source.get("kind") == "hub":
         _hub_snapshot(model)
 
@@ -60,11 +65,13 @@ def resolve_weights(model: ModelSpec, model_path: str | None = None) -> str:
     kind = model.source.get("kind")
     if kind == "gguf-package":
         return str(converted_gguf_package(model))
+    if kind == "adapter":
+        return str(merged_adapter_model(model))
     if kind == "local":
         return resolve_weights(model, model.source["path"])
     if kind == "hub":
         return _hub_snapshot(model)
-    raise UserError(f"models.yaml: {model.name} has unknown source kind '{kind}' (gguf-package, hub, local)")
+    raise UserError(f"models.yaml: {model.name} has unknown source kind '{kind}' (gguf-package, adapter, hub, local)")
 
 
 def variant_weights(
@@ -80,15 +87,23 @@ def variant_weights(
         if model_path:
             if not (model_path.endswith(".gguf") and Path(model_path).is_file()):
                 raise UserError(f"--model-path for {precision.name} must be a .gguf file, got {model_path}")
+            check_gguf_type(Path(model_path), precision.weight_dtype)
             return model_path
-        if model.source.get("kind") != "gguf-package":
+        shipped = base_model(model) if model.source.get("kind") == "adapter" else model
+        if shipped.source.get("kind") != "gguf-package":
             raise UserError(f"{model.name} has no GGUF file; pass --model-path FILE.gguf")
-        gguf_file(model.source["package"], model.source["file"])
+        source = gguf_file(shipped.source["package"], shipped.source["file"])
+        if model.source.get("kind") == "adapter":
+            model_adapter(model)
         if not prepare:
             return ""
-        source = gguf_file(model.source["package"], model.source["file"])
-        folder = cache_root() / "models" / f"{model.name}-gguf-{GGUF_VERSION}"
+        if model.source.get("kind") == "adapter":
+            source = merged_gguf(model, source)
+        folder = cache_root() / "models" / f"{model.name}-gguf-{GGUF_VERSION}{adapter_tag(model)}"
         return str(gguf_variant(source, folder, model.name, precision.weight_dtype, lambda: resolve_weights(model)))
+    if precision.method == "bnb" and model.source.get("kind") == "adapter" and not model_path:
+        # QLoRA's way: the base quantized at load time, the adapter on top (runtime_adapter names it)
+        return resolve_weights(base_model(model)) if prepare else ""
     if precision.prequantized:
         path = Path(model_path) if model_path else quantized_dir(model, precision)
         if model_path:
@@ -115,14 +130,80 @@ def quantized_dir(model: ModelSpec, precision: PrecisionSpec) -> Path:
 
 
 def check_model_dir(path: Path) -> Path:
-    """A directory transformers can load: a readable config.json and weights beside it."""
+    """A directory transformers can load: a readable config.json of an architecture transformers knows, and weights
+    beside it whose headers read (safetensors files, or an index whose weight map names files that are there)."""
     if not (path / "config.json").is_file():
         raise UserError(f"--model-path {path} is not a model directory (no config.json there)")
     quantization_config(path)  # reads and checks config.json
-    weights = ("*.safetensors", "pytorch_model*.bin", "*.safetensors.index.json")
-    if not any(next(path.glob(pattern), None) for pattern in weights):
-        raise UserError(f"--model-path {path} has a config.json but no weights (*.safetensors or pytorch_model.bin)")
+    model_type = read_json(path / "config.json", f"{path} is not a loadable model directory")["model_type"]
+    from transformers import CONFIG_MAPPING
+
+    if model_type not in CONFIG_MAPPING:
+        raise UserError(f"{path}/config.json: model_type {model_type!r} is no architecture transformers knows")
+    index = next(path.glob("*.safetensors.index.json"), None)
+    if index is not None:
+        weight_map = read_json(index, f"{index} is not a safetensors index").get("weight_map")
+        if not isinstance(weight_map, dict) or not weight_map:
+            raise UserError(f"{index} has no weight_map; it cannot say where the weights are")
+        shards = sorted({str(name) for name in weight_map.values()})
+    else:
+        shards = [item.name for item in path.glob("*.safetensors")]
+        if not shards and not next(path.glob("pytorch_model*.bin"), None):
+            raise UserError(f"{path} has a config.json but no weights (*.safetensors or pytorch_model.bin)")
+    for shard in shards:
+        check_safetensors(path / shard)
     return path
+
+
+def check_safetensors(path: Path) -> dict[str, list[int]]:
+    """The tensor shapes in a safetensors file's header, read without loading it; an empty, cut or foreign file is
+    one line naming it."""
+    from safetensors import safe_open
+
+    if not path.is_file():
+        raise UserError(f"{path} is missing (a weights file the model directory names)")
+    try:
+        with safe_open(str(path), framework="pt") as handle:
+            return {name: list(handle.get_slice(name).get_shape()) for name in handle.keys()}  # noqa: SIM118
+    except Exception as err:  # noqa: BLE001 (safetensors raises its own and OS errors alike)
+        raise UserError(f"{path} is not a readable safetensors file ({one_line(err)}); replace it") from None
+
+
+def check_adapter_dir(path: Path, base: Callable[[], str] | None = None) -> None:
+    """A peft adapter directory before any model loads: a config of a type peft knows with its settings' types,
+    readable weights, and, with ``base`` (giving a model directory), LoRA shapes that fit that model's layers."""
+    what = f"--adapter {path} is not a peft adapter directory"
+    if not (path / "adapter_config.json").is_file():
+        raise UserError(f"{what} (no adapter_config.json); make one with python -m finetune.train")
+    config = read_json(path / "adapter_config.json", what)
+    from peft import PeftType
+
+    kind = config.get("peft_type")
+    if kind is None:
+        raise UserError(f"{what}: its adapter_config.json has no peft_type")
+    if kind not in {member.value for member in PeftType}:
+        raise UserError(f"{what}: peft_type {kind!r} is not one peft knows (LORA, IA3, LOHA, ...)")
+    rank = config.get("r")
+    if kind == "LORA" and (not isinstance(rank, int) or isinstance(rank, bool) or rank < 1):
+        raise UserError(f"{path}/adapter_config.json: r must be a positive integer, got {rank!r}")
+    weights = path / "adapter_model.safetensors"
+    if not weights.is_file():
+        raise UserError(f"{what} (no adapter_model.safetensors)")
+    shapes = check_safetensors(weights)
+    if base is None or kind != "LORA":
+        return
+    base = base()
+    sizes = read_json(Path(base) / "config.json", f"{base} is not a loadable model directory")
+    widths = {sizes.get("hidden_size"), sizes.get("intermediate_size")}
+    head = sizes.get("head_dim") or (sizes.get("hidden_size", 0) // max(1, sizes.get("num_attention_heads", 1)))
+    widths.add(head * sizes.get("num_key_value_heads", sizes.get("num_attention_heads", 0)))
+    for name, shape in shapes.items():
+        side = shape[1] if "lora_A" in name else shape[0] if "lora_B" in name else None
+        if side is not None and side not in widths:
+            raise UserError(
+                f"--adapter {path} was trained on another model: {name} is {shape}, which fits no layer of {base} "
+                f"(widths {sorted(w for w in widths if w)}); evaluate it with the model it was made for"
+            )
 
 
 def quantization_config(path: str | Path) -> dict | None:
@@ -134,7 +215,10 @@ def quantization_config(path: str | Path) -> dict | None:
     data = read_json(config, f"{path} is not a loadable model directory")
     if not isinstance(data.get("model_type"), str):
         raise UserError(f"{config} names no model_type; it is not a transformers config (fix it or pass another path)")
-    return data.get("quantization_config")
+    quant = data.get("quantization_config")
+    if quant is not None and not (isinstance(quant, dict) and isinstance(quant.get("quant_method"), str)):
+        raise UserError(f"{config}: quantization_config must be a mapping with a quant_method, got {quant!r:.60}")
+    return quant
 
 
 def _provenance_method(path: Path) -> str | None:
@@ -235,6 +319,97 @@ def gguf_file(package: str, file: str) -> Path:
     return path
 
 
+def base_model(model: ModelSpec) -> ModelSpec:
+    """The registry model a fine-tuned (``kind: adapter``) model's adapter was trained on."""
+    from harness.models import get_model
+
+    return get_model(model.source["base"])
+
+
+def model_adapter(model: ModelSpec) -> Path:
+    """The peft adapter a ``kind: adapter`` model ships inside this package (harness/<path>), checked whole."""
+    from importlib import resources
+
+    path = Path(str(resources.files("harness").joinpath(model.source["path"])))
+    if not (path / "adapter_config.json").is_file() or not (path / "adapter_model.safetensors").is_file():
+        raise UserError(
+            f"{model.name}'s adapter is missing at {path}; restore it (git checkout {path}) or train it again with "
+            f"python -m finetune.train --config finetune/configs/embedded.yaml"
+        )
+    return path
+
+
+def adapter_tag(model: ModelSpec) -> str:
+    """'-' + the first 12 hex digits of the adapter's weights' SHA-256 (empty for other models): caches built from
+    an adapter are named after it, so a retrained adapter never reuses a stale merge."""
+    if model.source.get("kind") != "adapter":
+        return ""
+    import hashlib
+
+    digest = hashlib.sha256((model_adapter(model) / "adapter_model.safetensors").read_bytes()).hexdigest()
+    return "-" + digest[:12]
+
+
+def runtime_adapter(model: ModelSpec, precision: PrecisionSpec, model_path: str | None = None) -> str | None:
+    """The adapter a backend applies when it loads ``model`` at ``precision``: a fine-tuned model's own adapter on a
+    base that bitsandbytes quantizes at load time (casts, GGUF and GPTQ/AWQ load merged weights instead)."""
+    if model.source.get("kind") == "adapter" and precision.method == "bnb" and not model_path:
+        return str(model_adapter(model))
+    return None
+
+
+def merged_adapter_model(model: ModelSpec) -> Path:
+    """The base model with the adapter folded in (peft's merge_and_unload, float32), saved once in the cache."""
+    target = cache_root() / "models" / f"{model.name}{adapter_tag(model)}"
+    if (target / "model.safetensors").is_file():
+        return target
+    from filelock import FileLock
+
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(target) + ".lock"):
+        if (target / "model.safetensors").is_file():
+            return target
+        import torch
+        from peft import PeftModel
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        quiet_transformers()
+        base = resolve_weights(base_model(model))
+        print(f"merging {model.name}'s adapter into {base} -> {target} (once, seconds)", file=sys.stderr, flush=True)
+        network = AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32)
+        network = PeftModel.from_pretrained(network, str(model_adapter(model))).merge_and_unload()
+        staging = target.with_name(target.name + ".partial")
+        shutil.rmtree(staging, ignore_errors=True)
+        network.save_pretrained(staging)
+        AutoTokenizer.from_pretrained(base).save_pretrained(staging)
+        follow_umask(staging)
+        os.replace(staging, target)
+    return target
+
+
+def merged_gguf(model: ModelSpec, source: Path) -> Path:
+    """An F32 GGUF of a fine-tuned model (harness/gguf.py: write_merged_gguf), made once in the cache; its
+    quantized variants are made from it as the shipped model's are from its file."""
+    from harness.gguf import write_merged_gguf
+
+    target = (
+        cache_root() / "models" / f"{model.name}-gguf-{GGUF_VERSION}{adapter_tag(model)}" / f"{model.name}.F32.gguf"
+    )
+    if target.is_file():
+        return target
+    from filelock import FileLock
+
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(target) + ".lock"):
+        if not target.is_file():
+            base, merged = resolve_weights(base_model(model)), resolve_weights(model)
+            print(f"writing {target.name}: {source.name} with {model.name}'s adapter merged (once)", file=sys.stderr)
+            staging = target.with_name(target.name + ".partial")
+            write_merged_gguf(source, base, merged, staging)
+            os.replace(staging, target)
+    return target
+
+
 CONVERSION_VERSION = "v2"  # bump when the conversion changes, so that stale caches are rebuilt
 
 
@@ -273,5 +448,6 @@ def converted_gguf_package(model: ModelSpec) -> Path:
         shutil.rmtree(staging, ignore_errors=True)
         fresh.save_pretrained(staging)
         tokenizer.save_pretrained(staging)
+        follow_umask(staging)
         os.replace(staging, target)
     return target

@@ -1,0 +1,1 @@
+import harness.startup  # noqa: F401  (thread settings and a quiet Ctrl-C before torch loads)

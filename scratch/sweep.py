@@ -34,8 +34,9 @@ from typing import Annotated, Literal
 
 from pydantic import Field
 
-from harness.cli import THREADS, ArgParser, Bound, UserError, input_path, output_dir, run, unique
+from harness.cli import THREADS, ArgParser, Bound, UserError, command_line, input_path, output_dir, run, unique
 from harness.config import Lengths, StrictModel, load_yaml_model
+from harness.lock import DirectoryLock
 from harness.results import atomic_write_bytes, atomic_write_text
 from harness.scoring import wilson_interval
 from scratch.numerics import resolve_device
@@ -164,7 +165,7 @@ def packs(todo: list[RunConfig], size: int) -> list[list[RunConfig]]:
     return [group[i : i + size] for group in groups.values() for i in range(0, len(group), size)]
 
 
-def run_cells(run_configs: list[RunConfig], out: str) -> list[list[dict]]:
+def run_cells(run_configs: list[RunConfig], out: str, should_stop=None) -> list[list[dict]]:
     """One pack, in whatever process runs it: train (or resume), evaluate, return each cell's rows."""
     from scratch.train import run_pack
 
@@ -176,9 +177,75 @@ def run_cells(run_configs: list[RunConfig], out: str) -> list[list[dict]]:
             directory.mkdir(parents=True, exist_ok=True)
             log_file = stack.enter_context(open(directory / "train.log", "a"))
             logs.append(lambda line, log_file=log_file: print(line, file=log_file, flush=True))
-        summaries = run_pack(run_configs, directories, logs)
+        summaries = run_pack(run_configs, directories, logs, should_stop)
     wall = time.perf_counter() - started
     return [cell_rows(c, summary, wall) for c, summary in zip(run_configs, summaries, strict=True)]
+
+
+class PackJob:
+    """One pack as a task of a Slurm job array (submitit calls it on the node). Before a time limit or a preemption
+    Slurm sends the task a warning signal (SIGUSR2, submitit's): the training then stops at its next step with every
+    run's checkpoint written, and submitit's own handler checkpoints this call (``checkpoint``: the same pack again)
+    and requeues the task, which resumes the runs from that step. submitit is needed on the nodes only."""
+
+    def __call__(self, run_configs: list[RunConfig], out: str) -> list[list[dict]]:
+        import signal
+
+        from scratch.train import Preempted
+
+        warning = _preemption_signal()
+        submitit_handler = signal.getsignal(warning)
+        warned: list[int] = []
+        signal.signal(warning, lambda signum, frame: warned.append(signum))
+        try:
+            return run_cells(run_configs, out, should_stop=lambda: bool(warned))
+        except Preempted:
+            signal.signal(warning, submitit_handler)
+            if callable(submitit_handler):
+                submitit_handler(warning, None)  # checkpoint() and requeue, then exit
+            raise
+
+    def checkpoint(self, run_configs: list[RunConfig], out: str):
+        from submitit.helpers import DelayedSubmission
+
+        return DelayedSubmission(self, run_configs, out)
+
+
+def finished_tasks(jobs, poll: float = 1.0, grace: float = 10.0):
+    """(job, True) for each array task as its result appears, (job, False) for one that left Slurm's queue without
+    one (cancelled, killed). From squeue and the result files alone: sacct, which submitit would ask, needs
+    accounting, which a small cluster (scripts/slurm-local.sh) does without. A requeued task stays in the queue."""
+    import subprocess
+
+    pending, gone_since = list(jobs), {}
+    array = pending[0].job_id.split("_")[0] if pending else ""
+    while pending:
+        listed = subprocess.run(["squeue", "-h", "-r", "-o", "%i", "-j", array], capture_output=True, text=True)
+        queued = set(listed.stdout.split()) if listed.returncode == 0 else None
+        if queued is not None:  # submitit names a one-task array's task N; squeue lists it as N_0
+            queued |= {name.split("_")[0] for name in queued}
+        for job in list(pending):
+            if job.paths.result_pickle.exists():
+                pending.remove(job)
+                yield job, True
+            elif (
+                queued is not None
+                and job.job_id not in queued
+                # out of the queue: its result file may still be on its way (a shared file system); then it ended
+                and time.monotonic() - gone_since.setdefault(job.job_id, time.monotonic()) > grace
+            ):
+                pending.remove(job)
+                yield job, False
+        if pending:
+            time.sleep(poll)
+
+
+def _preemption_signal():
+    """The signal submitit has Slurm send before a time limit (USR2 unless SUBMITIT_PREEMPT_SIGNAL says)."""
+    import os
+    import signal
+
+    return getattr(signal, "SIG" + os.environ.get("SUBMITIT_PREEMPT_SIGNAL", "USR2").removeprefix("SIG"))
 
 
 def cell_rows(run_config: RunConfig, summary: dict, wall: float) -> list[dict]:
@@ -264,17 +331,34 @@ def execute(config: SweepConfig, work: list[list[RunConfig]], devices: list[str]
     """Run every pack of ``work`` (locally, one at a time per worker of ``devices``); ``on_rows`` gets each finished
     cell's rows."""
     work = list(work)
+    if not work:
+        return
     if config.launcher == "slurm":
         try:
             import submitit
         except ImportError:
             raise UserError("launcher: slurm needs submitit; run: pip install submitit") from None
-        executor = submitit.AutoExecutor(folder=str(out / "slurm" / "%j"))
+        executor = submitit.AutoExecutor(folder=str(out / "slurm" / "%j"), cluster="slurm")
         executor.update_parameters(**{"name": "numprec-scratch", "cpus_per_task": 1, **config.slurm})
-        jobs = executor.map_array(run_cells, work, [str(out)] * len(work))
-        for job in submitit.helpers.as_completed(jobs):
-            for rows in job.result():
+        jobs = executor.map_array(PackJob(), work, [str(out)] * len(work))
+        print(f"submitted {len(jobs)} array task(s): job {jobs[0].job_id.split('_')[0]}", file=sys.stderr)
+        unfinished = []
+        for job, ended in finished_tasks(jobs):
+            if not ended:
+                unfinished.append(f"task {job.job_id} left the queue with no result (cancelled or killed)")
+                continue
+            try:
+                results = job.result()
+            except (submitit.core.utils.UncompletedJobError, submitit.core.utils.FailedJobError) as err:
+                unfinished.append(f"task {job.job_id}: {str(err).strip().splitlines()[-1][:100]}")
+                continue
+            for rows in results:
                 on_rows(rows)
+        if unfinished:
+            raise UserError(
+                f"{len(unfinished)} of {len(jobs)} Slurm task(s) did not finish ({'; '.join(unfinished[:3])}); the "
+                "finished cells are saved and the others resume from their checkpoints: rerun the same command"
+            )
         return
     free = list(devices)
     with ProcessPoolExecutor(max_workers=len(free), mp_context=get_context("spawn")) as pool:
@@ -302,10 +386,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     config = load_sweep(args.config)
     if args.launcher:
         config = config.model_copy(update={"launcher": args.launcher})
+    lock = DirectoryLock(args.out, command_line("scratch.sweep", argv))
     try:
-        args.out.mkdir(parents=True, exist_ok=True)
-    except OSError as err:
-        raise UserError(f"cannot write to {args.out}: {err.strerror}; pass a writable --out") from None
+        return sweep(args, config)
+    finally:
+        lock.release()
+
+
+def sweep(args, config: SweepConfig) -> int:
+    """Run the grid's unfinished cells into args.out (held by main's lock)."""
     results = args.out / "results.csv"
     rows = read_rows(results)
     done = {row_key(row) for row in rows}

@@ -48,12 +48,14 @@ from harness.cli import (
     ArgParser,
     Bound,
     UserError,
+    command_line,
     name_list,
     one_line,
     output_dir,
     unique,
 )
 from harness.cli import run as cli_run
+from harness.lock import DirectoryLock
 from harness.problems import BASE, OPERANDS
 from scratch.data import Arithmetic, Problems
 from scratch.model import GPT, GPTConfig, identity
@@ -367,27 +369,73 @@ def compiles(config: RunConfig, device: torch.device) -> bool:
     return config.compile == "on" or (config.compile == "auto" and device.type == "cuda")
 
 
+# What a resumed checkpoint must share with the command: the task, the model's shape, the precision and the run.
+RESUME_KEYS = ("op", "operands", "base", "length", "fixed_width", "precision", "depth", "n_embd", "n_head", "seed")
+RESUME_KEYS += ("batch_size",)
+
+
+def read_checkpoint(path: Path, config: RunConfig, device: torch.device | str = "cpu") -> dict | None:
+    """The run's checkpoint (None where there is none yet), checked at the door: a readable scratch checkpoint of
+    the same task, shape, precision and seed as ``config``; anything else is one line naming the file."""
+    if not path.exists():
+        return None
+    why = None
+    if not path.is_file():
+        why = "is not a file"
+    else:
+        try:
+            state = torch.load(path, weights_only=False, map_location=device)
+        except Exception as err:  # noqa: BLE001 (empty, cut short, not a torch file: all one answer)
+            why = f"cannot be read ({one_line(err)})"
+        else:
+            fields = ("model", "optimizer", "step", "history", "data_rng", "config")
+            if not isinstance(state, dict) or not all(name in state for name in fields):
+                why = "is not a scratch.train checkpoint"
+            elif not isinstance(state["config"], dict):
+                why = "has no run config"
+    if why:
+        raise UserError(f"{path} {why}; remove it to train from step 0, or pass another --out")
+    theirs, ours = state["config"], asdict(config)
+    differs = [
+        f"{key} {theirs.get(key)!r} there vs {ours[key]!r} now" for key in RESUME_KEYS if theirs.get(key) != ours[key]
+    ]
+    if differs:
+        raise UserError(f"{path} is another run's checkpoint ({', '.join(differs)}); pass another --out to keep both")
+    return state
+
+
 def run(config: RunConfig, out: Path | None = None, log: Callable[[str], object] = print) -> dict:
     """Train (or resume) one run; return its summary. ``out`` holds the checkpoint and the log."""
     return run_pack([config], [out], [log])[0]
 
 
+class Preempted(Exception):
+    """``run_pack`` stopped at a step boundary because ``should_stop`` said so; every run's checkpoint is written."""
+
+
 def run_pack(
-    configs: Sequence[RunConfig], outs: Sequence[Path | None], logs: Sequence[Callable[[str], object]]
+    configs: Sequence[RunConfig],
+    outs: Sequence[Path | None],
+    logs: Sequence[Callable[[str], object]],
+    should_stop: Callable[[], bool] | None = None,
 ) -> list[dict]:
     """Train (or resume) runs of one pack_key together; return their summaries, in order. Each ``out`` holds
-    its run's checkpoint and summary (and ``logs`` has a log per run), so a run resumes alone or in any pack."""
+    its run's checkpoint and summary (and ``logs`` has a log per run), so a run resumes alone or in any pack.
+    ``should_stop`` (a preemption's signal) is asked after every step: when it says so, each run's checkpoint is
+    written at that step and Preempted is raised, so a requeued job goes on from there, not from the last evaluation."""
     if len({pack_key(config) for config in configs}) != 1:
         raise ValueError("a pack needs runs of one shape, precision, schedule and device (pack_key)")
     checkpoints = [out / "checkpoint.pt" if out else None for out in outs]
     device = resolve_device(configs[0].device)
-    saved = [torch.load(c, weights_only=False, map_location=device) if c and c.exists() else None for c in checkpoints]
+    saved = [read_checkpoint(c, config, device) if c else None for c, config in zip(checkpoints, configs, strict=True)]
     starts = [state["step"] if state else 0 for state in saved]
     if len(set(starts)) > 1:  # interrupted while writing the pack's checkpoints: runs at one step train together
         summaries: dict[int, dict] = {}
         for start in sorted(set(starts)):
             members = [i for i, s in enumerate(starts) if s == start]
-            done = run_pack([configs[i] for i in members], [outs[i] for i in members], [logs[i] for i in members])
+            done = run_pack(
+                [configs[i] for i in members], [outs[i] for i in members], [logs[i] for i in members], should_stop
+            )
             summaries.update(zip(members, done, strict=True))
         return [summaries[i] for i in range(len(configs))]
     config = configs[0]
@@ -418,6 +466,25 @@ def run_pack(
     eval_batch = 500 if device.type == "cpu" else 8192
     packed = f"  ({len(configs)} runs packed)" if len(configs) > 1 else ""
     interval_started = time.perf_counter()
+
+    def save(seconds: float) -> None:
+        """Every run's checkpoint at this step (each file replaced whole)."""
+        for r, (run_config, out) in enumerate(zip(configs, outs, strict=True)):
+            if not out:
+                continue
+            state = {
+                "model": pack.model(r).state_dict(),
+                "optimizer": pack.optimizer_state(r),
+                "step": step,
+                "history": histories[r],
+                "data_rng": problems[r].train_rng.get_state(),
+                "config": asdict(run_config),
+                "train_seconds": seconds,
+                "tokens_seen": tokens_seen,
+            }
+            torch.save(state, checkpoints[r].with_suffix(".tmp"))
+            os.replace(checkpoints[r].with_suffix(".tmp"), checkpoints[r])
+
     while step < config.steps:
         lr = config.lr * cosine_with_warmup(step, config.warmup_steps, config.steps)
         data_started = time.perf_counter()
@@ -432,7 +499,7 @@ def run_pack(
             train_seconds += elapsed
             session_seconds += elapsed
             tokens_per_s = tokens_seen / train_seconds
-            for r, (run_config, out) in enumerate(zip(configs, outs, strict=True)):
+            for r in range(len(configs)):
                 model = pack.model(r)
                 accuracy = exact_match(model, *tests[r], config.precision, eval_batch) / len(tests[r][0])
                 histories[r].append(
@@ -442,20 +509,13 @@ def run_pack(
                     f"step {step:>6}  loss {losses[r]:.4f}  test accuracy {accuracy:.4f}  {tokens_per_s:,.0f} tok/s  "
                     f"MFU {tokens_per_s * flops_per_token / gemm:.1%}{packed}"
                 )
-                if out:
-                    state = {
-                        "model": model.state_dict(),
-                        "optimizer": pack.optimizer_state(r),
-                        "step": step,
-                        "history": histories[r],
-                        "data_rng": problems[r].train_rng.get_state(),
-                        "config": asdict(run_config),
-                        "train_seconds": train_seconds,
-                        "tokens_seen": tokens_seen,
-                    }
-                    torch.save(state, checkpoints[r].with_suffix(".tmp"))
-                    os.replace(checkpoints[r].with_suffix(".tmp"), checkpoints[r])
+            save(train_seconds)
             interval_started = time.perf_counter()
+        elif should_stop is not None and should_stop():
+            save(train_seconds + time.perf_counter() - interval_started)
+            for log in logs:
+                log(f"preempted at step {step}: checkpoint written")
+            raise Preempted(step)
     tokens_per_s = tokens_seen / train_seconds if train_seconds else 0.0
     device_name = torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or "cpu"
     summaries = []
@@ -507,8 +567,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     out = args.pop("out")
     config = RunConfig(**args).check()
     if out:
-        out.mkdir(parents=True, exist_ok=True)
-    summary = run(config, out)
+        read_checkpoint(out / "checkpoint.pt", config)  # a checkpoint of another run is refused before any work
+    lock = DirectoryLock(out, command_line("scratch.train", argv)) if out else None
+    try:
+        summary = run(config, out)
+    finally:
+        if lock:
+            lock.release()
     print(json.dumps({k: v for k, v in summary.items() if k not in ("history", "config")}, indent=2))
     return 0
 

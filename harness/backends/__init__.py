@@ -6,6 +6,8 @@ prepare() and generate_batch(), and applies the same stop rule (``first_line_don
     hf        transformers: fp32/bf16/fp16 casts, bitsandbytes int8/nf4, GPTQ/AWQ checkpoints, adapters
     llamacpp  llama.cpp through llama-cpp-python: the GGUF variants
     vllm      vLLM on a CUDA GPU: casts, AWQ/GPTQ checkpoints, bitsandbytes nf4, adapters
+    api       a model served behind an OpenAI-compatible endpoint (vLLM, SGLang, llama.cpp, hosted APIs): any
+              precision, declared by the user (the server decides what runs)
     scripted  no model: answers from a function, for testing everything above (harness/backends/scripted.py)
 """
 
@@ -22,7 +24,7 @@ from harness.quiet import quiet_transformers
 if TYPE_CHECKING:
     import torch
 
-BACKENDS = ("hf", "llamacpp", "vllm")
+BACKENDS = ("hf", "llamacpp", "vllm", "api")
 
 
 @dataclass(frozen=True)
@@ -47,6 +49,7 @@ class Sampling:
 class Generation:
     text: str  # everything generated up to the stop, special tokens removed
     tokens: int  # generated tokens up to and including the stop
+    prompt_tokens: int = 0  # as a server reports them (the api backend); 0 where not counted
 
 
 @dataclass(frozen=True)
@@ -83,18 +86,20 @@ class ChatBackend:
         seed: int | list[int] = 0,
         on_batch=None,
         shard: Shard = SINGLE_PROCESS,
+        batch_size: int | None = None,
     ) -> list[Generation | None]:
-        """Generate for the prompts of this shard's batches (None for the others). Budgets and sampling seeds
-        may differ per prompt; greedy results depend on neither batch size nor order, sampled ones on the
-        seeds only."""
+        """Generate for the prompts of this shard's batches (None for the others), ``batch_size`` rows a batch
+        (default: the backend's). Budgets and sampling seeds may differ per prompt; greedy results depend on
+        neither batch size nor order, sampled ones on the seeds only."""
+        size = batch_size or self.batch_size
         budgets, seeds = per_prompt(max_new_tokens, len(prompts)), row_seeds(seed, len(prompts))
-        owned = [start for start in range(0, len(prompts), self.batch_size) if shard.owns(start // self.batch_size)]
+        owned = [start for start in range(0, len(prompts), size) if shard.owns(start // size)]
         out: list[Generation | None] = [None] * len(prompts)
         if not owned:
             return out
         shared = self.prepare(prompts, budgets)
         for start in owned:
-            rows = slice(start, start + self.batch_size)
+            rows = slice(start, start + size)
             out[rows] = self.generate_batch(shared, rows, budgets[rows], sampling, seeds[rows])
             if on_batch:
                 on_batch(len(out[rows]))
@@ -144,6 +149,16 @@ def float32_matmul(device: str) -> str:
     if device == "cuda":
         return "tf32" if torch.backends.cuda.matmul.allow_tf32 or mode != "highest" else "ieee fp32 (tf32 off)"
     return "ieee fp32" if mode == "highest" else f"fp32 with matmul precision {mode} (reduced passes allowed)"
+
+
+def cpu_name() -> str:
+    """The CPU's model name, from /proc/cpuinfo (platform's own guess elsewhere)."""
+    import platform
+    from pathlib import Path
+
+    info = Path("/proc/cpuinfo")
+    lines = info.read_text().splitlines() if info.exists() else []
+    return next((line.split(":", 1)[1].strip() for line in lines if "model name" in line), platform.processor())
 
 
 def cpu_bf16_instructions() -> list[str]:
@@ -206,6 +221,8 @@ def backend_for(requested: str | None, precision: PrecisionSpec) -> str:
     if requested is not None and requested not in BACKENDS:
         raise UserError(f"unknown backend '{requested}'; known: {', '.join(BACKENDS)}")
     needed = precision.backend
+    if requested == "api":  # the server runs it, at whatever precision it was served: the label is declared
+        return "api"
     if requested and needed and requested != needed:
         raise UserError(f"precision {precision.name} runs on the {needed} backend, not {requested}; drop --backend")
     if requested == "llamacpp" and needed != "llamacpp":
@@ -220,6 +237,7 @@ def load_backend(
     adapter: str | None,
     batch_size: int,
     tensor_parallel_size: int = 1,
+    batch_invariant: bool = False,
 ):
     quiet_transformers()  # before the backends' imports: transformers imports torchao, which talks at import
     if name == "hf":
@@ -236,6 +254,11 @@ def load_backend(
         from harness.backends.vllm import VLLMBackend
 
         return VLLMBackend(
-            weights, precision, adapter=adapter, tensor_parallel_size=tensor_parallel_size, batch_size=batch_size
+            weights,
+            precision,
+            adapter=adapter,
+            tensor_parallel_size=tensor_parallel_size,
+            batch_size=batch_size,
+            batch_invariant=batch_invariant,
         )
     raise UserError(f"unknown backend '{name}'; known: {', '.join(BACKENDS)}")

@@ -8,6 +8,7 @@ Not run on the CPU machines this project is developed on (no CUDA there): writte
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from harness.backends import (
@@ -30,7 +31,11 @@ class VLLMBackend(ChatBackend):
         adapter: str | None = None,
         tensor_parallel_size: int = 1,
         batch_size: int = 16,
+        batch_invariant: bool = False,
     ):
+        self.batch_invariant = batch_invariant
+        if batch_invariant:  # read by vLLM when it loads: kernels whose results do not depend on the batch
+            os.environ["VLLM_BATCH_INVARIANT"] = "1"
         try:
             from vllm import LLM
         except ImportError:
@@ -68,7 +73,8 @@ class VLLMBackend(ChatBackend):
     def kernel(self) -> str:
         """vLLM's quantization kernel as its engine resolved it (e.g. awq_marlin), else its dense path."""
         config = getattr(getattr(self.llm, "llm_engine", None), "model_config", None)
-        return f"vllm {getattr(config, 'quantization', None) or 'dense'}"
+        invariant = "; batch-invariant kernels (VLLM_BATCH_INVARIANT=1)" if self.batch_invariant else ""
+        return f"vllm {getattr(config, 'quantization', None) or 'dense'}{invariant}"
 
     @property
     def matmul_precision(self) -> str:

@@ -22,6 +22,10 @@ from tests.devices import HAS_CUDA
 from .helpers import assert_user_error, needs_quantize_env, run_module
 from .test_eval import read_rows
 
+# One xdist worker runs the modules of group "quantized": they share the session's quantized checkpoints
+# (tests/harness/conftest.py), which each worker would otherwise make again.
+pytestmark = pytest.mark.xdist_group("quantized")
+
 pytest.importorskip("gptqmodel", reason="pip install -e '.[awq]' (scripts/setup.sh does)")
 
 GROUP = 32

@@ -12,6 +12,9 @@ from harness.results import COLUMNS
 
 from .helpers import ROOT, command_env, run_module
 
+# One xdist worker runs the modules of group "parallel": its launchers meet on fixed local ports.
+pytestmark = pytest.mark.xdist_group("parallel")
+
 TIMING = {"wall_s", "tokens_per_s"}  # the only columns two runs may differ in
 GRID = ["--tasks", "add,mul", "--lengths", "1", "--samples", "8", "--batch-size", "4", "--precision", "fp32"]
 

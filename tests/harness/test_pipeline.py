@@ -37,10 +37,17 @@ def read(path):
         return list(csv.DictReader(handle))
 
 
-def run(out, invariance_check=0, loads=None):
+def run(out, invariance_check=0, loads=None, samples=12, batch_size=None):
     name, config = load_config("quick")
     spec = build_spec(
-        name, config, tasks=["add", "mul"], lengths=[1, 2], samples=12, out=out, invariance_check=invariance_check
+        name,
+        config,
+        tasks=["add", "mul"],
+        lengths=[1, 2],
+        samples=samples,
+        out=out,
+        invariance_check=invariance_check,
+        batch_size=batch_size,
     )
 
     def load(variant, spec):
@@ -78,7 +85,28 @@ def test_every_count_is_what_the_script_answered(tmp_path):
     assert {(c["baseline"], c["variant"]) for c in comparisons} == {("smollm2 fp32", "smollm2 bf16")}
     assert all(c["only_baseline"] == c["only_variant"] == "0" and c["p_value"] == "1.0" for c in comparisons)
     summary = (out / "summary.md").read_text()
-    assert "| smollm2 bf16 | bfloat16 | none (scripted) | 20 |" in summary, "flips per series"
+    assert "| smollm2 bf16 | bfloat16 | none (scripted) | 20 | 1 |" in summary, "flips per series"
+
+
+def test_the_invariance_check_compares_two_batch_sizes_even_at_batch_size_1(tmp_path):
+    """At --batch-size 1 every problem was generated alone; re-running it alone would compare a batch size with
+    itself and find nothing. The check re-runs such problems in a batch of two, where the scripted bf16 gets the
+    multiples of 3 wrong again: every one is caught, in cells of 12 problems and in cells of one."""
+    for samples in (12, 1):
+        out = tmp_path / f"run-{samples}"
+        run(out, invariance_check=5, samples=samples, batch_size=1)
+        samples_by_cell = {}
+        for sample in map(json.loads, (out / "samples.jsonl").read_text().splitlines()):
+            key = (sample["precision"], sample["task"], str(sample["length"]))
+            samples_by_cell.setdefault(key, []).append(gold(sample["expression"]))
+        for row in read(out / "results.csv"):
+            first = samples_by_cell[(row["precision"], row["task"], row["length"])][:5]
+            flips = sum(v % 3 == 0 and v % 10 != 7 for v in first) if row["precision"] == "bf16" else 0
+            assert row["flip_batch"] == "2", "generated alone, so checked in a batch of two"
+            expected = (str(len(first)), str(flips), str(flips))
+            assert (row["flip_k"], row["flip_outputs"], row["flip_verdicts"]) == expected
+        caught = sum(int(r["flip_verdicts"]) for r in read(out / "results.csv"))
+        assert caught > 0 or samples == 1, "the 12-problem cells hold multiples of 3 among their first 5"
 
 
 def test_a_finished_run_loads_no_model_on_resume(tmp_path):

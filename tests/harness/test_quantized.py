@@ -16,6 +16,10 @@ from tests.devices import without_cuda
 from .helpers import ROOT, assert_user_error, needs_quantize_env, run_module
 from .test_eval import read_rows
 
+# One xdist worker runs the modules of group "quantized": they share the session's quantized checkpoints
+# (tests/harness/conftest.py), which each worker would otherwise make again.
+pytestmark = pytest.mark.xdist_group("quantized")
+
 QUANTIZED_ON_CPU = ["int8", "nf4", "gguf-q8_0", "gguf-q4_0", "gguf-q4_1"]
 
 

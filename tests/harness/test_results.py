@@ -8,7 +8,10 @@ import subprocess
 import pytest
 
 from harness.cli import UserError
+from harness.evidence import sample_digest
+from harness.problems import Task, generate
 from harness.results import CellResult, RunDir
+from harness.scoring import wilson_interval
 
 from .helpers import ROOT, assert_user_error, run_module
 
@@ -111,7 +114,32 @@ def test_the_main_job_leaves_a_fresh_clone_clean(tmp_path):
     assert status.stdout == "", status.stdout
 
 
+def _samples(length: int, n: int = 2) -> list[dict]:
+    """The cell's real problems (add, base 10, seed 0): problem 0 answered right, the others unreadably."""
+    key = {"model": "smollm2", "precision": "fp32", "adapter": "", "task": "add", "operands": 2, "truncate": ""}
+    samples = []
+    for problem in generate(Task("add"), 10, length, n, seed=0):
+        right = problem.index == 0
+        output = f"{problem.expression} = {problem.answer}" if right else "Let me think."
+        sample = {
+            **key,
+            "base": 10,
+            "length": length,
+            "index": problem.index,
+            "expression": problem.expression,
+            "prompt": f"<user>{problem.expression}</user>",
+            "output": output,
+            "extracted": problem.answer if right else None,
+            "rule": "equals" if right else "none: no answer stated",
+            "gold": problem.answer,
+            "correct": right,
+        }
+        samples.append({**sample, "digest": sample_digest(sample)})
+    return samples
+
+
 def _row(length: int, n: int = 2, seed: int = 0, decoding: str = "greedy") -> CellResult:
+    low, high = wilson_interval(1, n)
     return CellResult(
         model="smollm2",
         precision="fp32",
@@ -124,8 +152,8 @@ def _row(length: int, n: int = 2, seed: int = 0, decoding: str = "greedy") -> Ce
         n=n,
         correct=1,
         accuracy=1 / n,
-        ci_low=0.0,
-        ci_high=1.0,
+        ci_low=low,
+        ci_high=high,
         seed=seed,
         truncate="",
         decoding=decoding,
@@ -135,17 +163,12 @@ def _row(length: int, n: int = 2, seed: int = 0, decoding: str = "greedy") -> Ce
         footprint_mb=513.0,
         adapter="",
         backend="hf",
-        no_answer=0,
+        no_answer=n - 1,
         gen_tokens=4,
         wall_s=1.0,
         tokens_per_s=4.0,
         kernel="torch.Linear",
     )
-
-
-def _samples(length: int, n: int = 2) -> list[dict]:
-    key = {"model": "smollm2", "precision": "fp32", "adapter": "", "task": "add", "operands": 2, "truncate": ""}
-    return [{**key, "base": 10, "length": length, "index": i, "output": f"{i}", "correct": i == 0} for i in range(n)]
 
 
 def _finished_run(out, lengths=(1, 2, 3)):
@@ -173,8 +196,8 @@ def test_an_intact_directory_resumes_untouched(tmp_path):
 @pytest.mark.parametrize(
     "damage,repair,redone",
     [
-        (lambda out: (out / "samples.jsonl").unlink(), "3 cell(s) missing some of their samples", 3),
-        (lambda out: _drop_lines(out / "samples.jsonl", [3]), "1 cell(s) missing some of their samples", 1),
+        (lambda out: (out / "samples.jsonl").unlink(), "2 of its 2 samples missing; it will be computed again", 3),
+        (lambda out: _drop_lines(out / "samples.jsonl", [3]), "1 of its 2 samples missing; it will be computed", 1),
         (lambda out: _append(out / "samples.jsonl", "{not json\n"), "1 invalid line(s) of samples.jsonl", 0),
         (lambda out: _truncate(out / "results.csv", 30), "1 damaged row(s) of results.csv", 1),
         (lambda out: _replace(out / "results.csv", ",0.5000,", ",half,"), "1 damaged row(s) of results.csv", 1),
@@ -201,6 +224,55 @@ def test_two_writers_duplicates_are_dropped(tmp_path):
     resumed = _resume(out)
     assert any("repeated row" in note for note in resumed.repairs) and len(resumed.rows) == 1
     assert len((out / "samples.jsonl").read_text().splitlines()) == 2
+
+
+def _edit_json_line(path, number, change):
+    import json
+
+    lines = path.read_text().splitlines(keepends=True)
+    record = json.loads(lines[number])
+    change(record)
+    lines[number] = json.dumps(record) + "\n"
+    path.write_text("".join(lines))
+
+
+@pytest.mark.parametrize(
+    "edit,said,redone,correct",
+    [
+        # a score changed by hand: the row is recomputed from its samples
+        (lambda out: _replace(out / "results.csv", ",2,1,0.5000,", ",2,2,1.0000,"), "correct 2 -> 1", 0, 1),
+        # a verdict flipped by hand: the current scorer reads the output again
+        (lambda out: _edit_json_line(out / "samples.jsonl", 1, lambda s: s.update(correct=True)), "1 verdict(s)", 0, 1),
+        # an output rewritten by hand (to a right answer, verdict to match): its digest no longer matches
+        (
+            lambda out: _edit_json_line(
+                out / "samples.jsonl", 1, lambda s: s.update(output=f"= {s['gold']}", correct=True, extracted=s["gold"])
+            ),
+            "sample 1 was edited (its digest differs)",
+            1,
+            None,
+        ),
+        # a sample moved to another cell: its own cell lacks it, and where it landed it is not that cell's problem
+        (
+            lambda out: _edit_json_line(out / "samples.jsonl", 1, lambda s: s.update(length=3)),
+            ("1 of its 2 samples missing", "is not its problem"),
+            2,
+            None,
+        ),
+    ],
+    ids=["score", "verdict", "output", "moved"],
+)
+def test_a_hand_edited_run_is_repaired_on_resume_and_says_so(tmp_path, edit, said, redone, correct):
+    out = _finished_run(tmp_path / "run")
+    edit(out)
+    resumed = _resume(out)
+    for words in [said] if isinstance(said, str) else said:
+        assert any(words in note for note in resumed.repairs), resumed.repairs
+    assert len(resumed.done) == 3 - redone
+    if correct is not None:
+        assert [row.correct for row in resumed.rows] == [correct] * 3
+    again = _resume(out)
+    assert again.repairs == [], "the repair is written back"
 
 
 def test_rows_made_with_other_settings_are_refused_even_without_run_json(tmp_path):
@@ -262,6 +334,6 @@ def test_a_deleted_samples_file_is_computed_again_not_reported_done(tmp_path):
     (out / "samples.jsonl").unlink()
     again = run_module("harness.eval", *SMALL, "--out", str(out))
     assert again.returncode == 0, again.stderr
-    assert "1 cell(s) missing some of their samples will be computed again" in again.stderr
+    assert "2 of its 2 samples missing; it will be computed again" in again.stderr
     assert "already done" not in again.stderr
     assert (out / "samples.jsonl").read_text() == first, "the same seed gives the same samples back"

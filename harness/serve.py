@@ -1,0 +1,103 @@
+"""Serve a registered model's GGUF file with llama.cpp's OpenAI-compatible server (llama-cpp-python's ``server``
+extra), under the model's registry name, for ``--backend api`` to evaluate:
+
+    python -m harness.serve --model smollm2 --precision gguf-q4_1 --port 8080 &
+    python -m harness.eval --model smollm2 --backend api --api-base http://127.0.0.1:8080/v1 --precision gguf-q4_1
+
+The GGUF is the one harness.eval's llamacpp backend runs (the shipped file, or a variant made once in the cache),
+loaded with the same CPU-safe settings (ggml's extra CPU buffer types off: they crash llama_decode on CPUs that
+report AMX), each request decoded from an empty cache (--prefix-cache reuses the previous request's prefix: faster,
+but answers then depend on request order). The server answers one request at a time; to serve N requests at once,
+start N servers on N ports and
+give harness.eval all of them (--api-base URL1,URL2,...): replicas, each request to the least busy one. With
+--api-key the server refuses requests without that key (the client reads it from NUMPREC_API_KEY).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+
+from harness.cli import THREADS, ArgParser, Bound, UserError, run
+
+PORT = Bound(1, 65535, "TCP ports end there")
+
+
+def cpu_safe_llama_cpp():
+    """llama_cpp, its model parameters defaulting to the plain CPU buffers harness/backends/llamacpp.py uses (ggml's
+    AMX tiles and repacked weights crash llama_decode on CPUs that report AMX), for its high-level Llama class."""
+    import llama_cpp
+
+    defaults = llama_cpp.llama_model_default_params
+    if getattr(defaults, "cpu_safe", False):
+        return llama_cpp
+
+    def cpu_safe_params():
+        params = defaults()
+        params.use_extra_bufts = False
+        return params
+
+    cpu_safe_params.cpu_safe = True
+    llama_cpp.llama_model_default_params = cpu_safe_params
+    llama_cpp.llama.llama_cpp.llama_model_default_params = cpu_safe_params
+    return llama_cpp
+
+
+def serve(
+    gguf: str, alias: str, host: str, port: int, threads: int, api_key: str | None, context: int, prefix_cache: bool
+) -> None:
+    import uvicorn
+    from llama_cpp.server.app import create_app
+    from llama_cpp.server.settings import ModelSettings, ServerSettings
+
+    llama_cpp = cpu_safe_llama_cpp()
+    if not prefix_cache:
+        # llama-cpp-python keeps the previous request's keys and values and decodes only what follows the prefix the
+        # two share; ggml rounds differently for that other split, so an answer would depend on the request before
+        # it. Each request starts from an empty cache instead: the same prompt, the same answer, in any order.
+        generate = llama_cpp.Llama.generate
+
+        def fresh_generate(self, tokens, *args, **kwargs):
+            self.reset()
+            return generate(self, tokens, *args, **kwargs)
+
+        llama_cpp.Llama.generate = fresh_generate
+    model = ModelSettings(
+        model=gguf, model_alias=alias, n_ctx=context, n_threads=threads, n_threads_batch=threads, verbose=False
+    )
+    app = create_app(server_settings=ServerSettings(host=host, port=port, api_key=api_key), model_settings=[model])
+    uvicorn.run(app, host=host, port=port, log_level="warning")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = ArgParser(prog="python -m harness.serve", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", default="smollm2", help="a registry model with a GGUF file (default smollm2)")
+    parser.add_argument("--precision", default="gguf-q4_1", help="a gguf-* precision (default gguf-q4_1)")
+    parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    parser.add_argument("--port", type=PORT.arg, default=8080, help="TCP port (default 8080)")
+    parser.add_argument("--threads", type=THREADS.arg, default=1, help="llama.cpp threads (default 1)")
+    parser.add_argument("--context", type=Bound(256, 131_072, "the model's window").arg, default=2048)
+    parser.add_argument(
+        "--api-key", default=os.environ.get("NUMPREC_API_KEY") or None, help="refuse requests without this key"
+    )
+    parser.add_argument(
+        "--prefix-cache",
+        action="store_true",
+        help="reuse the previous request's keys and values for the prefix two requests share (faster; an answer can "
+        "then depend on the request before it)",
+    )
+    args = parser.parse_args(argv)
+    from harness.models import get_model, get_precision
+    from harness.weights import variant_weights
+
+    model = get_model(args.model)
+    precision = get_precision(model, args.precision)
+    if precision.method != "gguf":
+        raise UserError(f"harness.serve serves GGUF files (gguf-* precisions), not {precision.name}")
+    gguf = variant_weights(model, precision)
+    serve(gguf, model.name, args.host, args.port, args.threads, args.api_key, args.context, args.prefix_cache)
+    return 0
+
+
+if __name__ == "__main__":
+    run(main)

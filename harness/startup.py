@@ -1,0 +1,32 @@
+"""What every numprec command sets before anything heavy is imported (each package's __init__ imports this).
+
+- OpenMP threads wait passively: spinning threads cost 2.5-6x on these shared 2-core machines
+  (shared/notes/platform-facts.md, "Threads"); tokenizers do not fork thread pools.
+- Ctrl-C while the command is still importing torch and transformers (seconds, before any file is written) ends it
+  with one line and exit status 130, not a KeyboardInterrupt traceback; ``harness.cli.run`` puts Python's own
+  handler back once the command's main() starts, which then turns Ctrl-C into the same line after cleaning up.
+"""
+
+import os
+import signal
+import sys
+import threading
+
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+def _interrupted_while_starting(signum, frame) -> None:
+    sys.stderr.write("interrupted while starting: nothing was written\n")
+    sys.stderr.flush()
+    os._exit(130)
+
+
+def _starting_a_command() -> bool:
+    """``python -m harness.eval`` (and the other commands) while Python is still importing the module: sys.argv[0]
+    is "-m" until the module runs. Not a library import (pytest, a notebook), whose Ctrl-C stays its own."""
+    return sys.argv[:1] == ["-m"] and threading.current_thread() is threading.main_thread()
+
+
+if _starting_a_command() and signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+    signal.signal(signal.SIGINT, _interrupted_while_starting)

@@ -1,0 +1,95 @@
+"""A small HTTP proxy on 127.0.0.1 that forwards to a real server and injects faults on request, for testing the
+api backend's retries: a status with headers (429 with Retry-After, 500), a dropped connection, a reply slower than
+the client's timeout, a reply that is not JSON. It counts the completion requests it forwarded and answered."""
+
+from __future__ import annotations
+
+import http.client
+import socket
+import threading
+import time
+from collections import deque
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+
+class FaultProxy:
+    """``with FaultProxy(upstream_port) as proxy:`` then ``proxy.url``; ``proxy.faults.append(fault)`` queues a
+    fault for the next completion request, one request each: ("status", code, headers), ("drop",), ("slow", s),
+    ("badjson",)."""
+
+    def __init__(self, upstream_port: int):
+        self.upstream_port = upstream_port
+        self.faults: deque = deque()
+        self.forwarded = 0  # completion requests the server answered through the proxy
+        self.lock = threading.Lock()
+        proxy = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args):  # quiet
+                pass
+
+            def do_GET(self):
+                self.forward(None)
+
+            def do_POST(self):
+                length = int(self.headers.get("Content-Length", 0))
+                self.forward(self.rfile.read(length))
+
+            def forward(self, body):
+                fault = None
+                if body is not None and "completions" in self.path:
+                    with proxy.lock:
+                        fault = proxy.faults.popleft() if proxy.faults else None
+                if fault and fault[0] == "drop":
+                    self.connection.shutdown(socket.SHUT_RDWR)
+                    self.close_connection = True
+                    return
+                if fault and fault[0] == "status":
+                    self.reply(fault[1], b'{"error": {"message": "injected"}}', fault[2])
+                    return
+                if fault and fault[0] == "badjson":
+                    self.reply(200, b'{"id": "x", "choices": [', {})
+                    return
+                if fault and fault[0] == "slow":
+                    time.sleep(fault[1])
+                upstream = http.client.HTTPConnection("127.0.0.1", proxy.upstream_port, timeout=300)
+                headers = {k: v for k, v in self.headers.items() if k.lower() not in ("host", "content-length")}
+                try:
+                    upstream.request(self.command, self.path, body=body, headers=headers)
+                    response = upstream.getresponse()
+                    data = response.read()
+                except OSError:
+                    self.reply(502, b'{"error": {"message": "upstream down"}}', {})
+                    return
+                finally:
+                    upstream.close()
+                if body is not None and "completions" in self.path and response.status == 200:
+                    with proxy.lock:
+                        proxy.forwarded += 1
+                self.reply(response.status, data, {"Content-Type": response.getheader("Content-Type", "")})
+
+            def reply(self, status, data, headers):
+                try:
+                    self.send_response(status)
+                    for name, value in headers.items():
+                        self.send_header(name, value)
+                    self.send_header("Content-Length", str(len(data)))
+                    self.end_headers()
+                    self.wfile.write(data)
+                except OSError:
+                    pass  # the client gave up (a timeout): nothing to tell it
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def __enter__(self) -> FaultProxy:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.server.shutdown()
+        self.server.server_close()

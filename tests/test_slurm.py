@@ -1,0 +1,259 @@
+"""The cluster path on a real Slurm (the one-node cluster of scripts/slurm-local.sh): the from-scratch sweep as a job
+array (equal to the local launcher's results; cancelled and run again, every run resumes; a task out of time
+checkpoints on Slurm's warning signal, is requeued and finishes as an uninterrupted run does), fine-tuning by sbatch
+(cancelled and resubmitted, it resumes), evaluation as srun tasks (equal to one process).
+
+Marked ``slurm``: skipped where no Slurm runs, unless NUMPREC_REQUIRE_SLURM=1 (CI), which starts one or fails."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.harness.helpers import ROOT, command_env
+
+pytestmark = [pytest.mark.slurm, pytest.mark.xdist_group("slurm")]
+
+SWEEP = """
+tasks:
+  - {{op: add, operands: 2, base: 2, lengths: [2, 3], fixed_width: true}}
+precisions: [fp32]
+depths: [1]
+seeds: [0, 1]
+train: {{n_embd: 32, n_head: 2, steps: {steps}, batch_size: 16, warmup_steps: 5, test_size: 64, eval_every: {every}}}
+workers: 2
+pack: 2
+slurm: {slurm}
+"""
+TIMING = {"tokens_per_s", "mfu", "wall_s", "steps_per_s", "device_name"}
+
+
+def slurm_up() -> bool:
+    if not shutil.which("sinfo"):
+        return False
+    state = subprocess.run(["sinfo", "-h", "-o", "%t"], capture_output=True, text=True)
+    return state.returncode == 0 and any(s in state.stdout for s in ("idle", "mix", "alloc"))
+
+
+@pytest.fixture(scope="session")
+def cluster():
+    if slurm_up():
+        return
+    if os.environ.get("NUMPREC_REQUIRE_SLURM") == "1":
+        started = subprocess.run(
+            ["bash", str(ROOT / "scripts" / "slurm-local.sh"), "start"], capture_output=True, text=True
+        )
+        if started.returncode != 0 or not slurm_up():
+            pytest.fail(f"NUMPREC_REQUIRE_SLURM=1 but no Slurm came up: {started.stderr[-1500:]}")
+        return
+    pytest.skip("no Slurm here: bash scripts/slurm-local.sh start (CI does, with NUMPREC_REQUIRE_SLURM=1)")
+
+
+def sweep(config: Path, out: Path, *extra: str, background: bool = False):
+    command = [sys.executable, "-m", "scratch.sweep", "--config", str(config), "--out", str(out), *extra]
+    if background:
+        return subprocess.Popen(command, cwd=ROOT, env=command_env(), stderr=subprocess.PIPE, text=True)
+    return subprocess.run(command, cwd=ROOT, env=command_env(), capture_output=True, text=True, timeout=600)
+
+
+def results(out: Path) -> dict:
+    with open(out / "results.csv", newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    key = ("task", "length", "seed", "eval_format")
+    return {tuple(r[k] for k in key): {k: v for k, v in r.items() if k not in TIMING} for r in rows}
+
+
+def histories(out: Path) -> dict:
+    """Each cell's evaluations (step, loss, accuracy), from the summaries the runs wrote."""
+    found = {}
+    for summary in sorted((out / "cells").glob("*/summary.json")):
+        data = json.loads(summary.read_text())
+        found[summary.parent.name] = [(h["step"], h["loss"], h["accuracy"]) for h in data["history"]]
+    return found
+
+
+def write(path: Path, text: str) -> Path:
+    path.write_text(text)
+    return path
+
+
+def test_a_sweep_on_slurm_equals_the_local_launchers(cluster, tmp_path):
+    config = write(tmp_path / "sweep.yaml", SWEEP.format(steps=60, every=20, slurm="{timeout_min: 10}"))
+    local = sweep(config, tmp_path / "local", "--launcher", "local")
+    assert local.returncode == 0, local.stderr[-2000:]
+    slurm = sweep(config, tmp_path / "slurm", "--launcher", "slurm")
+    assert slurm.returncode == 0, slurm.stderr[-2000:]
+    assert "as tasks of a Slurm job array" in slurm.stderr
+    assert len(results(tmp_path / "local")) == 4
+    assert results(tmp_path / "slurm") == results(tmp_path / "local"), "every row, timing aside"
+    assert histories(tmp_path / "slurm") == histories(tmp_path / "local"), "every loss and accuracy on the way"
+
+
+def test_a_cancelled_sweep_resumes_every_run_from_its_checkpoint(cluster, tmp_path):
+    """scancel of the array mid-run: one line, exit 2. The same command again submits the unfinished runs only,
+    and each resumes from its last checkpoint: none trains again from step 0."""
+    config = write(tmp_path / "sweep.yaml", SWEEP.format(steps=4000, every=100, slurm="{timeout_min: 10}"))
+    out = tmp_path / "run"
+    running = sweep(config, out, "--launcher", "slurm", background=True)
+    cells = []
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline:
+        cells = [c for c in (out / "cells").glob("*") if (c / "checkpoint.pt").exists()]
+        if len(cells) == 4:
+            break
+        time.sleep(0.5)
+    assert len(cells) == 4, "every run has a checkpoint before the cancel"
+    subprocess.run(["scancel", "--name", "numprec-scratch"], check=True)
+    _, err = running.communicate(timeout=120)
+    lines = [line for line in err.replace("\r", "\n").splitlines() if line.startswith("error")]
+    assert running.returncode == 2 and len(lines) == 1 and "did not finish" in lines[0], err[-2000:]
+    again = sweep(config, out, "--launcher", "slurm")
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert "0 of 4 cells done; running 4" in again.stderr
+    for cell in (out / "cells").glob("*"):
+        log = (cell / "train.log").read_text()
+        assert "resumed at step" in log and "resumed at step 0" not in log, cell.name
+    assert len(results(out)) == 4
+
+
+def lift_requeue_holds(until: subprocess.Popen) -> None:
+    """Slurm holds a requeued job for ~2 minutes (reason BeginTime); let it start now, as an administrator would."""
+    while until.poll() is None:
+        held = subprocess.run(["squeue", "-h", "-r", "-o", "%i %r"], capture_output=True, text=True).stdout.split("\n")
+        for line in held:
+            if line.endswith("BeginTime"):
+                subprocess.run(["scontrol", "update", f"JobId={line.split()[0]}", "StartTime=now"], capture_output=True)
+        time.sleep(1)
+
+
+def test_a_task_out_of_time_checkpoints_is_requeued_and_finishes_as_uninterrupted(cluster, tmp_path):
+    """A one-minute time limit with submitit's warning signal 55 s before it: the training stops at its next step
+    with its checkpoint written, submitit requeues the task, and the requeued task resumes from that step; the run's
+    history and result equal an uninterrupted local run's."""
+    text = SWEEP.format(steps=8000, every=1000, slurm="{timeout_min: 1, slurm_signal_delay_s: 55}")
+    text = text.replace("lengths: [2, 3]", "lengths: [3]").replace("seeds: [0, 1]", "seeds: [0]")
+    config = write(tmp_path / "sweep.yaml", text)
+    out = tmp_path / "slurm"
+    running = sweep(config, out, "--launcher", "slurm", background=True)
+    lift_requeue_holds(running)
+    _, err = running.communicate(timeout=60)
+    assert running.returncode == 0, err[-2000:]
+    (log,) = [cell / "train.log" for cell in (out / "cells").glob("*")]
+    text_log = log.read_text()
+    assert "preempted at step" in text_log, text_log[-2000:]
+    step = text_log.split("preempted at step ")[1].split(":")[0]
+    assert f"resumed at step {step}" in text_log
+    local = sweep(config, tmp_path / "local", "--launcher", "local")
+    assert local.returncode == 0, local.stderr[-2000:]
+    assert histories(out) == histories(tmp_path / "local")
+    assert results(out) == results(tmp_path / "local")
+
+
+FINETUNE = """
+model: smollm2
+tiny: {hidden_size: 64, intermediate_size: 128, num_hidden_layers: 2, num_attention_heads: 4, num_key_value_heads: 2}
+task: add
+method: lora
+seed: 0
+data: {seed: 0, scale: 0.01, max_samples: 480}
+lora: {r: 8, alpha: 16, dropout: 0.0}
+train: {learning_rate: 2.0e-2, batch_size: 8, dtype: float32, max_length: 512, logging_steps: 1, save_steps: 5}
+"""
+
+
+def sbatch(config: Path, out: Path, log: Path) -> str:
+    command = ["sbatch", "--parsable", f"--chdir={ROOT}", f"--output={log}"]
+    command += [str(ROOT / "finetune" / "slurm" / "train.sbatch"), str(config), str(out)]
+    return subprocess.run(command, capture_output=True, text=True, check=True, env=command_env()).stdout.strip()
+
+
+def wait_for(job: str, seconds: float = 300) -> None:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if not subprocess.run(["squeue", "-h", "-j", job], capture_output=True, text=True).stdout.strip():
+            return
+        time.sleep(1)
+    raise TimeoutError(f"job {job} still queued after {seconds} s")
+
+
+def test_finetune_by_sbatch_cancelled_and_resubmitted_resumes(cluster, tmp_path):
+    """sbatch train.sbatch on a node without GPUs runs accelerate's CPU processes; scancel mid-run, the same sbatch
+    again resumes from the last checkpoint, and the adapter equals an uninterrupted local run's (CPU training is
+    deterministic here: same data order, same seeds, same operations)."""
+    from safetensors.torch import load_file
+
+    config = write(tmp_path / "tiny.yaml", FINETUNE)
+    out = tmp_path / "sbatch"
+    job = sbatch(config, out, tmp_path / "first.log")
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline and not list((out / "checkpoints").glob("checkpoint-*")):
+        time.sleep(0.5)
+    subprocess.run(["scancel", job], check=True)
+    wait_for(job)
+    assert not (out / "adapter" / "train_summary.json").exists(), "cancelled before the end"
+    second = sbatch(config, out, tmp_path / "second.log")
+    wait_for(second)
+    summary = json.loads((out / "adapter" / "train_summary.json").read_text())
+    assert summary["steps"] == 60 and summary["resumed_from"], (tmp_path / "second.log").read_text()[-2000:]
+    local = subprocess.run(
+        [sys.executable, "-m", "finetune.train", "--config", str(config), "--out", str(tmp_path / "local")],
+        cwd=ROOT,
+        env=command_env(),
+        capture_output=True,
+        text=True,
+    )
+    assert local.returncode == 0, local.stderr[-2000:]
+    ours, theirs = (load_file(str(d / "adapter" / "adapter_model.safetensors")) for d in (out, tmp_path / "local"))
+    assert ours.keys() == theirs.keys()
+    for name in ours:
+        assert (ours[name] - theirs[name]).abs().max() < 1e-5, name
+
+
+def test_evaluation_as_srun_tasks_equals_one_process(cluster, tmp_path):
+    """srun -n 2 harness.eval (ranks from Slurm), and the same inside an sbatch script: one run directory, every
+    output identical to one process's."""
+    from harness.diff import by_problem, same_output
+
+    args = ["--tasks", "add", "--lengths", "1,2", "--samples", "4", "--batch-size", "2", "--precision", "fp32"]
+    python = [sys.executable, "-m", "harness.eval", *args]
+    one = subprocess.run([*python, "--out", str(tmp_path / "one")], cwd=ROOT, env=command_env(), capture_output=True)
+    assert one.returncode == 0
+    two = subprocess.run(
+        ["srun", "-n", "2", "--cpus-per-task=1", *python, "--out", str(tmp_path / "srun")],
+        cwd=ROOT,
+        env=command_env(),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert two.returncode == 0, two.stderr[-2000:]
+    script = f"#!/bin/bash\nsrun {' '.join(python)} --out {tmp_path / 'batch'}\n"
+    job = subprocess.run(
+        [
+            "sbatch",
+            "--parsable",
+            "--ntasks=2",
+            "--cpus-per-task=1",
+            f"--chdir={ROOT}",
+            f"--output={tmp_path / 'batch.log'}",
+        ],
+        input=script,
+        capture_output=True,
+        text=True,
+        check=True,
+        env=command_env(),
+    ).stdout.strip()
+    wait_for(job)
+    reference = by_problem(tmp_path / "one")
+    for name in ("srun", "batch"):
+        theirs = by_problem(tmp_path / name)
+        assert theirs.keys() == reference.keys() and len(theirs) == 8, name
+        assert all(same_output(theirs[key], reference[key]) for key in reference), name
