@@ -21,6 +21,8 @@ Writes DIR/results.json and DIR/results.md. Shared machines are noisy: every fig
            the same 256 prompts at batch 256, numprec's backend against transformers' generate(), greedy and the
            paper's sampling, generated tokens per second, the memory roofline, and the time of the work every
            loop does (the output head's logits and their argmax), which bounds any loop's speedup (bench/decode.py).
+6. api     the quick grid through llama.cpp's server (the api backend) at concurrency 1 and 8, against the
+           in-process llamacpp backend: prompts/s and the per-request overhead of HTTP (bench/api.py).
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import harness  # noqa: F401  (thread settings before torch loads)
+from bench.api import api_markdown, bench_api
 from bench.common import log, median, quick_grid_problems
 from bench.decode import bench_decode, decode_markdown
 from bench.train import bench_train, train_markdown
@@ -56,7 +59,7 @@ from harness.cli import (
 from harness.lock import DirectoryLock
 from harness.problems import generate
 
-SECTIONS = ("eval", "train", "data", "memory", "loop")
+SECTIONS = ("eval", "train", "data", "memory", "loop", "api")
 PROBLEMS = Bound(1, 100_000, "timed passes over more problems only take longer; 200 give a stable rate")
 MEMORY_PRECISIONS = ("fp32", "bf16", "int8", "nf4", "gguf-q8_0", "gguf-q4_1", "gptq-w4")
 
@@ -379,6 +382,8 @@ def markdown(results: dict) -> str:
         lines += decode_markdown("Evaluation engine at the 8B scale", results["eval_gpu"])
     if "loop" in results:
         lines += decode_markdown("The decode loop's overhead", results["loop"])
+    if "api" in results:
+        lines += api_markdown(results["api"])
     return "\n".join(lines)
 
 
@@ -443,6 +448,8 @@ def bench(args, sections: list[str], command: str) -> int:
                 results["memory"] = bench_memory(args.threads, args.batch_size, work, quick_grid_problems(16))
             elif section == "loop":
                 results["loop"] = bench_decode("tiny", args.device, args.repeats, args.threads)
+            elif section == "api":
+                results["api"] = bench_api(args.repeats, args.threads)
             # Written after every section: a crash later loses nothing measured.
             path.write_text(json.dumps(results, indent=2) + "\n")
             (args.out / "results.md").write_text(markdown(results))

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from harness.cli import SAMPLES, SEED, ArgParser, UserError, input_path, int_list, name_list, output_dir, run
 from harness.config import build_spec, load_config
+from harness.figures import accuracy_axes, figure_png
 from harness.results import atomic_write_bytes, read_results
 
 GRID = {"add": [1, 2, 3, 4, 5], "iter_add:3": [1, 2], "mul": [1, 2]}
@@ -59,19 +60,8 @@ def curve_png(rows, examples: dict[str, int]) -> bytes:
             line = ax.plot(x, [r.accuracy for _, r in points], marker="o", markersize=3, label=f"n={length}")[0]
             low, high = [r.ci_low for _, r in points], [r.ci_high for _, r in points]
             ax.fill_between(x, low, high, color=line.get_color(), alpha=0.12, linewidth=0)
-        ax.set_title(task)
-        ax.set_xlabel("training examples seen (0 = base model)")
-        ax.set_ylabel("exact-match accuracy")
-        ax.set_ylim(-0.03, 1.03)
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=7)
-    fig.tight_layout()
-    import io
-
-    buffer = io.BytesIO()
-    fig.savefig(buffer, format="png", dpi=110)
-    plt.close(fig)
-    return buffer.getvalue()
+        accuracy_axes(ax, task, "training examples seen (0 = base model)")
+    return figure_png(fig)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

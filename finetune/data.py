@@ -8,7 +8,9 @@ Disjoint from evaluation: samples come from the cell's "finetune" stream, and ev
 harness.eval would draw for that cell with the same seed (its first ``--eval-count`` problems) is
 rejected. Where those evaluation problems already exhaust the problem space (1-digit addition has only
 100 problems), disjointness is impossible; such cells keep their samples and are listed under
-``overlapping_cells`` in ``meta.json``.
+``overlapping_cells`` in ``meta.json``. Disjointness is per cell, as the paper's data is per length: a problem
+drawn at length 2 whose operands are both below 10 ("0 + 6" from 00 and 06) is a 1-digit problem, which the
+exhausted 1-digit cell trains on whole (about 1% of a length-2 cell).
 
     python -m finetune.data --tasks add,iter_add:3,mul --seed 0 --out data/finetune
 """

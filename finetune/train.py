@@ -18,6 +18,7 @@ import json
 import math
 import os
 import shutil
+import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -354,10 +355,22 @@ def training_data(config: FinetuneConfig):
     return dataset.select_columns(["prompt", "completion"])
 
 
-def last_checkpoint(checkpoints: Path) -> str | None:
-    from transformers.trainer_utils import get_last_checkpoint
+CHECKPOINT_FILES = ("trainer_state.json", "optimizer.pt", "scheduler.pt", "adapter_model.safetensors")
 
-    return get_last_checkpoint(str(checkpoints)) if checkpoints.is_dir() else None
+
+def last_checkpoint(checkpoints: Path) -> str | None:
+    """The latest complete checkpoint: a run killed while writing one (scancel, preemption) leaves it without some
+    of its files, and resuming from it would fail; it is skipped (and written again when training gets there)."""
+    if not checkpoints.is_dir():
+        return None
+    found = [p for p in checkpoints.glob("checkpoint-*") if p.is_dir() and p.name.split("-")[-1].isdigit()]
+    for candidate in sorted(found, key=lambda p: int(p.name.split("-")[-1]), reverse=True):
+        missing = [name for name in CHECKPOINT_FILES if not (candidate / name).is_file()]
+        if not missing:
+            return str(candidate)
+        if is_main_process():
+            print(f"{candidate.name} is incomplete (no {missing[0]}): skipped", file=sys.stderr, flush=True)
+    return None
 
 
 def train(config: FinetuneConfig, config_path: Path, out: Path) -> dict:

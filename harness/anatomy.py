@@ -20,10 +20,10 @@ Rows go to anatomy.csv, and error_anatomy.png draws both, a column per task, poo
 
 from __future__ import annotations
 
-import io
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, fields
 
+from harness.figures import figure_png
 from harness.problems import OPERATORS
 from harness.results import csv_text
 
@@ -182,8 +182,4 @@ def anatomy_plot_png(rows: Sequence[AnatomyRow]) -> bytes:
             if pooled:
                 ax.legend(fontsize=7)
     fig.suptitle("Where answers break, pooled over each task's lengths", fontsize=10)
-    fig.tight_layout()
-    buffer = io.BytesIO()
-    fig.savefig(buffer, format="png", dpi=110)
-    plt.close(fig)
-    return buffer.getvalue()
+    return figure_png(fig)

@@ -146,12 +146,24 @@ def _known_precisions(names: list[str]) -> list[str]:
     return names
 
 
+def _variant_pairs(names: list[str]) -> list[str]:
+    for name in names:
+        model, _, precision = name.partition(":")
+        if not model or not precision:
+            raise ValueError(f"'{name}' is not MODEL:PRECISION (e.g. smollm2-arith:fp32)")
+        _known_precisions([precision])
+    return names
+
+
 class EvalConfig(StrictModel):
     """The keys an eval config may have."""
 
     models: Names = ["smollm2"]
     # Applied to each model that takes them; a model that takes none of them runs at its default precision.
     precisions: Annotated[Names, AfterValidator(_known_precisions)] | None = None
+    # Or the series themselves, each "MODEL:PRECISION" (the first is every comparison's baseline): a contrast such
+    # as a fine-tuned model at three precisions beside its base at one. --model / --precision replace it.
+    variants: Annotated[Names, AfterValidator(_variant_pairs)] | None = None
     grid: Annotated[dict[str, Lengths], Field(min_length=1)]  # task -> lengths: a list or a range string "1-13"
     # The run's settings: each is also a flag of harness.eval (--batch-size for batch_size), parsed and checked by
     # this very field (add_setting_flags), so a flag and a config key cannot disagree.
@@ -263,6 +275,7 @@ class RunSpec:
     batch_size: int
     backend: str | None
     config_precisions: list[str] | None = None
+    variants: list[tuple[str, str]] | None = None  # a config's MODEL:PRECISION series, when no flag replaces them
     model_path: str | None = None
     adapter: str | None = None
     out: Path | None = None
@@ -296,6 +309,7 @@ class RunSpec:
             "models": self.models,
             "precisions": self.precisions,
             "config_precisions": self.config_precisions,
+            "variants": [":".join(pair) for pair in self.variants] if self.variants else None,
             "grid": {task.label: lengths for task, lengths in self.grid},
             **{name: getattr(self, name) for name in SETTINGS},
             "model_path": self.model_path,
@@ -355,11 +369,15 @@ def build_spec(
     if unknown:
         raise TypeError(f"build_spec: unknown settings {sorted(unknown)}")
     merged = config.model_copy(update={name: value for name, value in settings.items() if value is not None})
+    variants = None
+    if config.variants and not (models or precisions):
+        variants = [tuple(name.split(":", 1)) for name in config.variants]
     spec = RunSpec(
         config_name=config_name,
-        models=models or config.models,
+        models=models or (list(dict.fromkeys(model for model, _ in variants)) if variants else config.models),
         precisions=precisions,
         config_precisions=config.precisions,
+        variants=variants,
         grid=grid,
         model_path=model_path,
         adapter=adapter,

@@ -75,37 +75,42 @@ def precisions_for(model: ModelSpec, spec: RunSpec) -> list[str]:
     return taken or [model.default_precision]
 
 
+def series_of(spec: RunSpec) -> list[tuple[str, str]]:
+    """(model, precision) of every series, in order: a config's variants, or each model at its precisions."""
+    if spec.variants:
+        return list(spec.variants)
+    return [(name, precision) for name in spec.models for precision in precisions_for(get_model(name), spec)]
+
+
 def plan_variants(spec: RunSpec) -> list[Variant]:
     """Check every model/precision the run names before any work starts."""
     variants = []
-    for name in spec.models:
+    for name, precision_name in series_of(spec):
         model = get_model(name)
-        for precision_name in precisions_for(model, spec):
-            precision = get_precision(model, precision_name)
-            backend = backend_for(spec.backend, precision)
-            if backend == "api":
-                variants.append(plan_served(model, precision, spec))
-                continue
-            check_hardware(model, precision, backend)
-            check_weights(model, spec.model_path, precision)
-            if backend == "hf" and precision.prequantized:
-                check_transformers_can_read(variant_weights(model, precision, spec.model_path, prepare=False))
-            if model.needs_adapter and not spec.adapter:
+        precision = get_precision(model, precision_name)
+        backend = backend_for(spec.backend, precision)
+        if backend == "api":
+            variants.append(plan_served(model, precision, spec))
+            continue
+        check_hardware(model, precision, backend)
+        check_weights(model, spec.model_path, precision)
+        if backend == "hf" and precision.prequantized:
+            check_transformers_can_read(variant_weights(model, precision, spec.model_path, prepare=False))
+        if model.needs_adapter and not spec.adapter:
+            raise UserError(
+                f"{model.name} evaluates a fine-tuned adapter; pass --adapter PATH (made by python -m finetune.train)"
+            )
+        if spec.adapter:
+            if model.source.get("kind") == "adapter":
                 raise UserError(
-                    f"{model.name} evaluates a fine-tuned adapter; pass --adapter PATH "
-                    "(made by python -m finetune.train)"
+                    f"{model.name} is {model.source['base']} with its own adapter already; evaluate another "
+                    f"adapter on the base: --model {model.source['base']} --adapter {spec.adapter}"
                 )
-            if spec.adapter:
-                if model.source.get("kind") == "adapter":
-                    raise UserError(
-                        f"{model.name} is {model.source['base']} with its own adapter already; evaluate another "
-                        f"adapter on the base: --model {model.source['base']} --adapter {spec.adapter}"
-                    )
-                local = model.source.get("kind") != "hub" or spec.model_path
-                check_adapter_dir(
-                    Path(spec.adapter), (lambda m=model: resolve_weights(m, spec.model_path)) if local else None
-                )
-            variants.append(Variant(model, precision, spec.adapter, backend))
+            local = model.source.get("kind") != "hub" or spec.model_path
+            check_adapter_dir(
+                Path(spec.adapter), (lambda m=model: resolve_weights(m, spec.model_path)) if local else None
+            )
+        variants.append(Variant(model, precision, spec.adapter, backend))
     return variants
 
 

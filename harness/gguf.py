@@ -77,6 +77,9 @@ def check_gguf_type(path: Path, weight_dtype: str) -> None:
 
 def requantize(source: Path, target: Path, weight_dtype: str) -> None:
     llama_cpp = import_llama_cpp()
+    from harness.backends.llamacpp import _silence
+
+    _silence(llama_cpp)  # llama.cpp lists every tensor it quantizes
     ftype = getattr(llama_cpp, f"LLAMA_FTYPE_MOSTLY_{weight_dtype.upper()}", None)
     if ftype is None:
         raise UserError(f"llama.cpp has no quantization type {weight_dtype}")

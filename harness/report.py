@@ -6,7 +6,6 @@ All are regenerated after every finished cell, so they always describe exactly t
 
 from __future__ import annotations
 
-import io
 import json
 from collections.abc import Sequence
 from functools import cache
@@ -17,6 +16,7 @@ import yaml
 
 from harness.anatomy import AnatomyRow, anatomy_csv, anatomy_markdown, anatomy_plot_png, anatomy_rows
 from harness.compare import Comparison, comparisons_csv, comparisons_markdown, paired_comparisons
+from harness.figures import accuracy_axes, figure_png
 from harness.problems import parse_task
 from harness.prompts import prompt_deviations
 from harness.results import CellKey, CellResult, atomic_write_bytes, atomic_write_text
@@ -220,17 +220,8 @@ def accuracy_plot_png(rows: Sequence[CellResult]) -> bytes:
                         label=name,
                     )
         ax.set_xticks(measured)
-        ax.set_title(f"{label} (base {base})")
-        ax.set_xlabel("operand length n (digits)")
-        ax.set_ylabel("exact-match accuracy")
-        ax.set_ylim(-0.03, 1.03)
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=7)
-    fig.tight_layout()
-    buffer = io.BytesIO()
-    fig.savefig(buffer, format="png", dpi=110)
-    plt.close(fig)
-    return buffer.getvalue()
+        accuracy_axes(ax, f"{label} (base {base})", "operand length n (digits)")
+    return figure_png(fig)
 
 
 def write_reports(

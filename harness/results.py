@@ -182,7 +182,9 @@ def _parse_row(row: dict[str, str]) -> CellResult:
     values: dict = {}
     for name in COLUMNS:
         raw = row.get(name, "")
-        if name in LATER_COLUMNS and raw in ("", None):
+        if raw is None:  # the header has the column, the line does not: a row cut short
+            raise ValueError(f"{name} missing")
+        if name in LATER_COLUMNS and raw == "":
             continue  # not recorded in an older file: the field's default
         if name in _INT_COLUMNS:
             values[name] = int(raw)

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import io
-
 import pandas as pd
+
+from harness.figures import figure_png
 
 PANEL_KEYS = ["task", "operands", "base", "fixed_width", "depth"]
 
@@ -32,16 +32,6 @@ def _title(key: tuple) -> str:
     width = "fixed width" if str(fixed) == "True" else "stripped"
     name = f"{task} of {operands}" if task == "iter_add" else task
     return f"{name}, base {base}, depth {depth} ({width})"
-
-
-def _png(fig) -> bytes:
-    import matplotlib.pyplot as plt
-
-    buffer = io.BytesIO()
-    fig.tight_layout()
-    fig.savefig(buffer, format="png", dpi=110)
-    plt.close(fig)
-    return buffer.getvalue()
 
 
 def _figure(panels: int):
@@ -82,7 +72,7 @@ def accuracy_figure(rows: list[dict]) -> bytes:
         ax.set_ylim(-0.03, 1.03)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
-    return _png(fig)
+    return figure_png(fig)
 
 
 def best_fp32_seeds(df: pd.DataFrame) -> pd.DataFrame:
@@ -116,7 +106,7 @@ def phase_figure(rows: list[dict]) -> bytes:
         ax.set_ylabel("evaluated in format (by mantissa bits)")
         ax.set_title("best fp32 seed, " + _title(key), fontsize=9)
         fig.colorbar(image, ax=ax, fraction=0.046)
-    return _png(fig)
+    return figure_png(fig)
 
 
 def _lengths_where(panel: pd.DataFrame, column: str, value: str = "True") -> list[int]:

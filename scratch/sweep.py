@@ -339,7 +339,7 @@ def execute(config: SweepConfig, work: list[list[RunConfig]], devices: list[str]
         except ImportError:
             raise UserError("launcher: slurm needs submitit; run: pip install submitit") from None
         executor = submitit.AutoExecutor(folder=str(out / "slurm" / "%j"), cluster="slurm")
-        executor.update_parameters(**{"name": "numprec-scratch", "cpus_per_task": 1, **config.slurm})
+        executor.update_parameters(**{"name": "numprec-scratch", "cpus_per_task": 1, "timeout_min": 60, **config.slurm})
         jobs = executor.map_array(PackJob(), work, [str(out)] * len(work))
         print(f"submitted {len(jobs)} array task(s): job {jobs[0].job_id.split('_')[0]}", file=sys.stderr)
         unfinished = []

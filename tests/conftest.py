@@ -5,10 +5,35 @@ import pytest
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 
+# The fast tier (pytest -m "not slow") leaves out what runs a real model, a server, a cluster, a training run or a
+# subprocess of the project's commands: the modules below throughout, and elsewhere every test using these fixtures.
+SLOW_MODULES = {
+    "tests/test_slurm.py",
+    "tests/test_interrupts.py",
+    "tests/bench/test_run.py",
+    "tests/bench/test_decode.py",
+    "tests/finetune/test_train.py",
+    "tests/harness/test_api.py",
+    "tests/harness/test_autoawq.py",
+    "tests/harness/test_backend.py",
+    "tests/harness/test_eval.py",
+    "tests/harness/test_parallel.py",
+    "tests/harness/test_quantized.py",
+    "tests/scratch/test_sweep.py",
+    "tests/scratch/test_train.py",
+}
+SLOW_FIXTURES = {"smollm2_fp32", "gptq_checkpoint", "awq_checkpoint", "tiny_autoawq", "llamacpp_q8"}
+
+
 def pytest_collection_modifyitems(config, items):
-    """``@pytest.mark.gpu`` tests exercise CUDA paths: run whenever CUDA is present, skipped (and said so) otherwise."""
+    """Tests of real models and processes are ``slow`` (SLOW_MODULES, SLOW_FIXTURES, or marked so by hand).
+    ``@pytest.mark.gpu`` tests exercise CUDA paths: run whenever CUDA is present, skipped (and said so) otherwise."""
     from tests.devices import HAS_CUDA
 
+    for item in items:
+        module = item.nodeid.split("::")[0]
+        if module in SLOW_MODULES or SLOW_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.slow)
     if HAS_CUDA:
         return
     skip = pytest.mark.skip(reason="needs a CUDA GPU (marked gpu); runs on GPU machines")

@@ -5,30 +5,18 @@ import torch
 
 from finetune.data import build_mixture
 from finetune.prefix import shared_prefix_length, shared_prefix_loss
-from harness.models import get_model
 from harness.problems import Task
-from harness.weights import resolve_weights
 
 
 def trainer_and_batch(block: int, tasks):
     """trl's own batch (tokenized, chat-templated, completion-masked, right-padded) on a tiny random Llama with
     LoRA whose B matrices are non-zero, so gradients reach both LoRA factors through the prefix."""
     from peft import LoraConfig
-    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
     from trl import SFTConfig, SFTTrainer
 
-    tokenizer = AutoTokenizer.from_pretrained(resolve_weights(get_model("smollm2")))
-    torch.manual_seed(0)
-    config = LlamaConfig(
-        vocab_size=len(tokenizer),
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        tie_word_embeddings=True,
-        pad_token_id=tokenizer.pad_token_id,
-    )
+    from bench.decode import random_llama
+
+    model, tokenizer = random_llama("tiny", "cpu", "fp32")  # 2 layers of 64, the default model's tokenizer
     dataset, _ = build_mixture(tasks, seed=0, scale=0.002, block=block)
     args = SFTConfig(
         output_dir="/tmp/unused",
@@ -40,7 +28,7 @@ def trainer_and_batch(block: int, tasks):
         max_length=512,
     )
     trainer = SFTTrainer(
-        model=LlamaForCausalLM(config),
+        model=model,
         args=args,
         train_dataset=dataset.select_columns(["prompt", "completion"]),
         processing_class=tokenizer,

@@ -21,7 +21,11 @@ def write_run(directory, outputs, expressions=None):
                 "length": 1,
                 "index": index,
                 "expression": (expressions or {}).get(index, f"{index} + 1"),
+                "prompt": (expressions or {}).get(index, f"{index} + 1"),
                 "output": output,
+                "extracted": None,
+                "rule": "equals",
+                "gold": str(index + 1),
                 "correct": output.strip() == f"{index} + 1 = {index + 1}",
             }
         )
@@ -31,13 +35,13 @@ def write_run(directory, outputs, expressions=None):
 
 def test_outputs_verdicts_and_other_problems_are_counted(tmp_path):
     first = write_run(tmp_path / "a", ["0 + 1 = 1", "1 + 1 = 2", "2 + 1 = 3", "3 + 1 = 4"])
-    second = write_run(tmp_path / "b", ["0 + 1 = 1", "1 + 1 = 2 ", "2 + 1 = 4", "9 + 9 = 18"], {3: "9 + 9"})
+    second = write_run(tmp_path / "b", ["0 + 1 = 1", "1 + 1 = 2\n", "2 + 1 = 4", "9 + 9 = 18"], {3: "9 + 9"})
     lines = compare(by_problem(first), by_problem(second))
     assert lines[0] == (
-        "smollm2 fp32: 3 problems in both, 1 identical outputs, 2 identical verdicts "
+        "smollm2 fp32: 3 problems in both, 2 identical outputs, 2 identical verdicts "
         "(1 with another expression at the same index: another seed?)"
-    )
-    assert len(lines) == 3 and "#1 1 + 1" in lines[1] and "#2 2 + 1" in lines[2] and "'2 + 1 = 4'" in lines[2]
+    ), "a trailing newline (a server drops the stop string) is no difference"
+    assert len(lines) == 2 and "#2 2 + 1" in lines[1] and "'2 + 1 = 4'" in lines[1]
 
 
 def test_runs_of_other_cells_share_no_problem(capsys):

@@ -19,6 +19,7 @@ IDENTITY = {"samples": 2, "seed": 0, "decoding": "greedy"}
 SMALL = ["--precision", "fp32", "--tasks", "add", "--lengths", "1", "--samples", "2"]
 
 
+@pytest.mark.slow
 def test_a_second_writer_is_refused_while_the_first_holds_the_directory(tmp_path):
     out = tmp_path / "run"
     holder = RunDir(out, IDENTITY, "python -m harness.eval (holder)", {})
@@ -34,6 +35,7 @@ def test_a_second_writer_is_refused_while_the_first_holds_the_directory(tmp_path
     again.close()
 
 
+@pytest.mark.slow
 def test_two_runs_started_together_one_runs_one_is_refused_and_nothing_is_lost(tmp_path):
     """The issue's case: `--lengths 1,2` and `--lengths 3` launched into one --out. The first is paused once it
     holds the directory, so the second surely meets the lock (whatever the machine's speed)."""
@@ -100,6 +102,7 @@ def test_temporary_files_of_a_killed_write_are_removed_on_resume(tmp_path):
 
 
 @pytest.mark.skipif(not (ROOT / ".git").exists() or shutil.which("git") is None, reason="needs a git checkout")
+@pytest.mark.slow
 def test_the_main_job_leaves_a_fresh_clone_clean(tmp_path):
     """README's main job, run from a fresh clone, computes (nothing to resume) and changes no tracked file:
     the default run directory is runs/eval/, which git ignores, not the committed reference results."""
@@ -327,6 +330,7 @@ def _replace(path, old, new):
     path.write_text(text.replace(old, new, 1))
 
 
+@pytest.mark.slow
 def test_a_deleted_samples_file_is_computed_again_not_reported_done(tmp_path):
     out = tmp_path / "run"
     assert run_module("harness.eval", *SMALL, "--out", str(out)).returncode == 0
