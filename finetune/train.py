@@ -432,7 +432,8 @@ def train(config: FinetuneConfig, config_path: Path, out: Path) -> dict:
     started = time.perf_counter()
     trainer.train(resume_from_checkpoint=resume)
     losses = [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]
-    samples = trainer.state.global_step * settings.batch_size * settings.grad_accum * trainer.args.world_size
+    per_step = settings.batch_size * settings.grad_accum * trainer.args.world_size
+    samples = min(trainer.state.global_step * per_step, dataset.num_rows * settings.epochs)  # last batch: partial
     summary = {
         "method": config.method,
         "task": config.task,

@@ -5,7 +5,7 @@ The lock is an advisory ``flock`` on the directory itself: held while the comman
 when the process ends, kill -9 included, so it can never go stale. Beside it the holder leaves a note
 (``.numprec-writer.json``: pid, host, start, command) that a second process quotes when it is refused; the note is
 removed when the lock is released, and a note left by a killed process names no live holder (the lock is free) and
-is replaced by the next writer.
+is replaced by the next writer. A directory the lock made is removed on release if nothing was written to it.
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ class DirectoryLock:
 
     def __init__(self, path: Path, command: str):
         self.path = Path(path)
+        self.created = not self.path.exists()  # an interrupted command removes a directory it made and left empty
         try:
             self.path.mkdir(parents=True, exist_ok=True)
             self.fd = os.open(self.path, os.O_RDONLY)
@@ -60,6 +61,9 @@ class DirectoryLock:
             (self.path / NOTE).unlink()
         os.close(self.fd)
         self.fd = None
+        if self.created:
+            with contextlib.suppress(OSError):  # not empty: the command wrote something, which stays
+                self.path.rmdir()
 
     def __enter__(self) -> DirectoryLock:
         return self

@@ -6,8 +6,9 @@
 #   bash scripts/slurm-local.sh stop      # scontrol shutdown, stop munged
 #
 # The node is this host with its CPUs and memory (read from the machine), no GPUs (no GRES), one default partition
-# `local`; jobs may be requeued (submitit's preemption path). Idempotent: start on a running cluster only waits for
-# the node to be idle; stop on a stopped one does nothing. Needs root (package install, /etc/slurm, the daemons).
+# `local`, scheduled by logical CPU (CR_CPU: a 2-CPU machine that is one core with two threads still runs two
+# one-CPU jobs at once); jobs may be requeued (submitit's preemption path). Idempotent: start on a running cluster
+# only waits for the node to be idle; stop on a stopped one does nothing. Needs root (package install, /etc/slurm, the daemons).
 set -euo pipefail
 
 CONF_DIR=/etc/slurm
@@ -45,7 +46,7 @@ ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
 JobAcctGatherType=jobacct_gather/none
 SelectType=select/cons_tres
-SelectTypeParameters=CR_Core_Memory
+SelectTypeParameters=CR_CPU_Memory
 SchedulerType=sched/backfill
 ReturnToService=2
 JobRequeue=1

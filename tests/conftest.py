@@ -3,6 +3,11 @@ import os
 import pytest
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    # Each of the suite's workers (pytest-xdist, one per core) and the commands it starts compute on one thread:
+    # two workers of two threads each on two cores would spend their time switching.
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    os.environ.setdefault("NUMPREC_THREADS", "1")
 
 
 # The fast tier (pytest -m "not slow") leaves out what runs a real model, a server, a cluster, a training run or a

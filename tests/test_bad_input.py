@@ -181,6 +181,30 @@ EVAL = [
     pytest.param("gpu-awq-model", ["--model", "llama-int4"], "needs a CUDA GPU", marks=without_cuda),
     pytest.param("gpu-vllm", ["--backend", "vllm"], "CUDA", marks=without_cuda),
     ("out-empty", [*OK_EVAL, "--out", ""], "an empty path"),
+    (
+        "config-variant-no-precision",
+        ["--config", "{config}"],
+        "is not MODEL:PRECISION",
+        config("grid: {add: [1]}\nvariants: [smollm2]\n"),
+    ),
+    (
+        "config-variant-typo",
+        ["--config", "{config}"],
+        "unknown precision 'fp33'",
+        config("grid: {add: [1]}\nvariants: [smollm2:fp33]\n"),
+    ),
+    (
+        "config-variant-repeated",
+        ["--config", "{config}"],
+        "twice",
+        config("grid: {add: [1]}\nvariants: [smollm2:fp32, smollm2:fp32]\n"),
+    ),
+    (
+        "config-variant-unknown-model",
+        ["--config", "{config}"],
+        "unknown model 'gpt-9'",
+        config("grid: {add: [1]}\nvariants: [gpt-9:fp32]\n"),
+    ),
     ("out-too-long", [*OK_EVAL, "--out", "x" * 300], "too long for the file system"),
     # configs that no schema check reaches: recursion, exponential aliases, nesting, names that are no names
     ("config-recursive-anchor", ["--config", "{config}"], "recursive anchor", config("grid: &a {add: [*a]}\n")),

@@ -10,6 +10,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -117,10 +118,13 @@ def test_a_cancelled_sweep_resumes_every_run_from_its_checkpoint(cluster, tmp_pa
     assert running.returncode == 2 and len(lines) == 1 and "did not finish" in lines[0], err[-2000:]
     again = sweep(config, out, "--launcher", "slurm")
     assert again.returncode == 0, again.stderr[-2000:]
-    assert "0 of 4 cells done; running 4" in again.stderr
-    for cell in (out / "cells").glob("*"):
-        log = (cell / "train.log").read_text()
-        assert "resumed at step" in log and "resumed at step 0" not in log, cell.name
+    # A run the cluster finished before the cancel is not run again (a slow machine may queue one pack behind the
+    # other); every run it had not finished resumes from its checkpoint, and at least one had not.
+    done, todo = map(int, re.search(r"(\d+) of 4 cells done; running (\d+)", again.stderr).groups())
+    assert done + todo == 4 and todo >= 1, again.stderr[-2000:]
+    logs = [(cell / "train.log").read_text() for cell in (out / "cells").glob("*")]
+    assert sum("resumed at step" in log for log in logs) == todo
+    assert not [log for log in logs if "resumed at step 0" in log]
     assert len(results(out)) == 4
 
 
