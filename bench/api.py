@@ -20,6 +20,7 @@ import urllib.request
 from pathlib import Path
 
 from bench.common import log, median
+from harness.diff import by_problem, same_output
 
 PRECISION = "gguf-q4_1"
 
@@ -88,6 +89,11 @@ def bench_api(repeats: int, threads: int, concurrencies: tuple[int, ...] = (1, 8
                         server.terminate()
                     for server in servers:
                         server.wait(timeout=30)
+        # The answer-equality check: served one request at a time against in-process one problem at a time (the
+        # same decoding, no batch), problem by problem, trailing whitespace aside (the server drops the stop newline).
+        alone, served = by_problem(work / "in-process_batch_1-0"), by_problem(work / "c1-0")
+        summary["identical_outputs"] = sum(same_output(alone[key], served[key]) for key in alone if key in served)
+        summary["compared_outputs"] = len(alone)
     for name, seconds in times.items():
         summary[name] = {
             "seconds": median(seconds),
@@ -119,6 +125,8 @@ def api_markdown(result: dict) -> list[str]:
         f"- per-request overhead of HTTP and the server (served at concurrency 1 against in-process one problem at a "
         f"time): {result['overhead_per_request_s'] * 1000:.0f} ms",
         f"- served at the highest concurrency: {result['served_vs_in_process']:.2f}x the in-process backend's time",
+        f"- outputs served at concurrency 1 identical to in-process at batch 1: {result['identical_outputs']} of "
+        f"{result['compared_outputs']}",
         "",
     ]
     return lines

@@ -1,6 +1,7 @@
 """Run the project's commands as a user would: a real subprocess, offline."""
 
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -42,3 +43,10 @@ def assert_user_error(result: subprocess.CompletedProcess, *fragments: str) -> N
     assert lines[0].startswith("error: ")
     for fragment in fragments:
         assert fragment in lines[0], lines[0]
+
+
+def free_port() -> int:
+    """A TCP port nothing on 127.0.0.1 listens on now."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]

@@ -10,7 +10,7 @@ import pytest
 
 from harness.results import COLUMNS
 
-from .helpers import ROOT, command_env, run_module
+from .helpers import ROOT, command_env, free_port, run_module
 
 # One xdist worker runs the modules of group "parallel": its launchers meet on fixed local ports.
 pytestmark = pytest.mark.xdist_group("parallel")
@@ -43,6 +43,8 @@ def test_two_processes_match_one_row_for_row(tmp_path, launcher):
     hostfile = tmp_path / "hostfile"
     hostfile.write_text("localhost slots=2\n")
     launch = [str(hostfile) if part == "HOSTFILE" else part for part in LAUNCHERS[launcher]]
+    # a port of its own: accelerate's default (29500) may be taken by a test in another xdist worker
+    launch += ["--main_process_port", str(free_port())]
     # Open MPI refuses root unless told; CI containers run as root.
     env = {**command_env(), "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
     result = subprocess.run(
