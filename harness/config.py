@@ -370,7 +370,10 @@ def build_spec(
         raise TypeError(f"build_spec: unknown settings {sorted(unknown)}")
     merged = config.model_copy(update={name: value for name, value in settings.items() if value is not None})
     variants = None
-    if config.variants and not (models or precisions):
+    # A flag that names the models, their precisions, their weights or how they run replaces the config's
+    # variants by its models (the quick config: smollm2)
+    replaced = models or precisions or model_path or adapter or settings.get("backend") or settings.get("api_base")
+    if config.variants and not replaced:
         variants = [tuple(name.split(":", 1)) for name in config.variants]
     spec = RunSpec(
         config_name=config_name,

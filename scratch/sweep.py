@@ -225,6 +225,8 @@ def finished_tasks(jobs, poll: float = 1.0, grace: float = 10.0):
         if queued is not None:  # submitit names a one-task array's task N; squeue lists it as N_0
             queued |= {name.split("_")[0] for name in queued}
         for job in list(pending):
+            if queued is not None and job.job_id in queued:
+                gone_since.pop(job.job_id, None)  # listed again (a requeued task): its grace starts afresh
             if job.paths.result_pickle.exists():
                 pending.remove(job)
                 yield job, True

@@ -138,15 +138,21 @@ def lift_requeue_holds(until: subprocess.Popen) -> None:
         time.sleep(1)
 
 
-def test_a_task_out_of_time_checkpoints_is_requeued_and_finishes_as_uninterrupted(cluster, tmp_path):
-    """A one-minute time limit with submitit's warning signal 55 s before it: the training stops at its next step
-    with its checkpoint written, submitit requeues the task, and the requeued task resumes from that step; the run's
-    history and result equal an uninterrupted local run's."""
-    text = SWEEP.format(steps=8000, every=1000, slurm="{timeout_min: 1, slurm_signal_delay_s: 55}")
+def test_a_task_warned_of_its_time_limit_checkpoints_is_requeued_and_finishes_as_uninterrupted(cluster, tmp_path):
+    """Slurm's warning before a time limit (submitit's USR2; ``slurm_signal_delay_s`` says how long before it) makes
+    the training stop at its next step with its checkpoint written; submitit requeues the task, and the requeued
+    task resumes from that step; the run's history and result equal an uninterrupted local run's. The warning is
+    sent here with scancel --signal once the task trains: a one-minute limit with the warning at 5 s raced the
+    node's Python start on a loaded machine (a signal before the handler ends the task)."""
+    text = SWEEP.format(steps=4000, every=1000, slurm="{timeout_min: 10}")
     text = text.replace("lengths: [2, 3]", "lengths: [3]").replace("seeds: [0, 1]", "seeds: [0]")
     config = write(tmp_path / "sweep.yaml", text)
     out = tmp_path / "slurm"
     running = sweep(config, out, "--launcher", "slurm", background=True)
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline and not list((out / "cells").glob("*/checkpoint.pt")):
+        time.sleep(0.2)
+    subprocess.run(["scancel", "--signal=USR2", "--name", "numprec-scratch"], check=True)
     lift_requeue_holds(running)
     _, err = running.communicate(timeout=60)
     assert running.returncode == 0, err[-2000:]
