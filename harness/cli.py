@@ -16,7 +16,7 @@ import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from pydantic import AfterValidator
 
@@ -60,9 +60,33 @@ def run(main: Callable[[Sequence[str] | None], int | None], argv: Sequence[str] 
         print("error: " + " ".join(str(err).split("\n")), file=sys.stderr)
         sys.exit(2)
     except KeyboardInterrupt:
-        print("interrupted: finished work is saved; rerun the same command to resume", file=sys.stderr)
-        sys.exit(130)
+        _interrupted(cleanly=True)
+    except Exception as err:
+        # Ctrl-C inside a C extension's first import (matplotlib while the first report is drawn) surfaces as the
+        # ImportError it caused; the interpreter may then abort while shutting down, so it ends at once.
+        if not _caused_by_interrupt(err):
+            raise
+        _interrupted(cleanly=False)
     sys.exit(code or 0)
+
+
+def _caused_by_interrupt(err: BaseException) -> bool:
+    seen: set[int] = set()
+    while err is not None and id(err) not in seen:
+        if isinstance(err, KeyboardInterrupt):
+            return True
+        seen.add(id(err))
+        err = err.__cause__ or err.__context__
+    return False
+
+
+def _interrupted(cleanly: bool) -> NoReturn:
+    print("interrupted: finished work is saved; rerun the same command to resume", file=sys.stderr)
+    if not cleanly:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(130)
+    sys.exit(130)
 
 
 def command_line(module: str, argv: Sequence[str] | None) -> str:

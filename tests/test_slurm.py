@@ -15,6 +15,7 @@ import shutil
 import subprocess
 import sys
 import time
+import uuid
 from pathlib import Path
 
 import pytest
@@ -87,7 +88,7 @@ def write(path: Path, text: str) -> Path:
 
 
 def test_a_sweep_on_slurm_equals_the_local_launchers(cluster, tmp_path):
-    config = write(tmp_path / "sweep.yaml", SWEEP.format(steps=60, every=20, slurm="{timeout_min: 10}"))
+    config = write(tmp_path / "sweep.yaml", SWEEP.format(steps=60, every=20, slurm=own_jobs()))
     local = sweep(config, tmp_path / "local", "--launcher", "local")
     assert local.returncode == 0, local.stderr[-2000:]
     slurm = sweep(config, tmp_path / "slurm", "--launcher", "slurm")
@@ -101,7 +102,8 @@ def test_a_sweep_on_slurm_equals_the_local_launchers(cluster, tmp_path):
 def test_a_cancelled_sweep_resumes_every_run_from_its_checkpoint(cluster, tmp_path):
     """scancel of the array mid-run: one line, exit 2. The same command again submits the unfinished runs only,
     and each resumes from its last checkpoint: none trains again from step 0."""
-    config = write(tmp_path / "sweep.yaml", SWEEP.format(steps=4000, every=100, slurm="{timeout_min: 10}"))
+    name = f"numprec-test-{uuid.uuid4().hex[:8]}"
+    config = write(tmp_path / "sweep.yaml", SWEEP.format(steps=4000, every=100, slurm=own_jobs(name)))
     out = tmp_path / "run"
     running = sweep(config, out, "--launcher", "slurm", background=True)
     cells = []
@@ -112,7 +114,7 @@ def test_a_cancelled_sweep_resumes_every_run_from_its_checkpoint(cluster, tmp_pa
             break
         time.sleep(0.5)
     assert len(cells) == 4, "every run has a checkpoint before the cancel"
-    subprocess.run(["scancel", "--name", "numprec-scratch"], check=True)
+    subprocess.run(["scancel", "--name", name], check=True)
     _, err = running.communicate(timeout=120)
     lines = [line for line in err.replace("\r", "\n").splitlines() if line.startswith("error")]
     assert running.returncode == 2 and len(lines) == 1 and "did not finish" in lines[0], err[-2000:]
@@ -126,6 +128,12 @@ def test_a_cancelled_sweep_resumes_every_run_from_its_checkpoint(cluster, tmp_pa
     assert sum("resumed at step" in log for log in logs) == todo
     assert not [log for log in logs if "resumed at step 0" in log]
     assert len(results(out)) == 4
+
+
+def own_jobs(name: str | None = None) -> str:
+    """The sweep's slurm settings, its jobs under a name of their own: other tests (tests/scratch/test_sweep.py) submit
+    numprec-scratch arrays to the same cluster at the same time, and a scancel by name must not reach them."""
+    return f"{{timeout_min: 10, name: {name or 'numprec-test-' + uuid.uuid4().hex[:8]}}}"
 
 
 def lift_requeue_holds(until: subprocess.Popen) -> None:
@@ -144,7 +152,8 @@ def test_a_task_warned_of_its_time_limit_checkpoints_is_requeued_and_finishes_as
     task resumes from that step; the run's history and result equal an uninterrupted local run's. The warning is
     sent here with scancel --signal once the task trains: a one-minute limit with the warning at 5 s raced the
     node's Python start on a loaded machine (a signal before the handler ends the task)."""
-    text = SWEEP.format(steps=4000, every=1000, slurm="{timeout_min: 10}")
+    name = f"numprec-test-{uuid.uuid4().hex[:8]}"
+    text = SWEEP.format(steps=4000, every=1000, slurm=own_jobs(name))
     text = text.replace("lengths: [2, 3]", "lengths: [3]").replace("seeds: [0, 1]", "seeds: [0]")
     config = write(tmp_path / "sweep.yaml", text)
     out = tmp_path / "slurm"
@@ -152,7 +161,11 @@ def test_a_task_warned_of_its_time_limit_checkpoints_is_requeued_and_finishes_as
     deadline = time.monotonic() + 180
     while time.monotonic() < deadline and not list((out / "cells").glob("*/checkpoint.pt")):
         time.sleep(0.2)
-    subprocess.run(["scancel", "--signal=USR2", "--name", "numprec-scratch"], check=True)
+    # Slurm refuses a signal while the job is changing state ("try again later"): send it until it is taken
+    for _ in range(60):
+        if subprocess.run(["scancel", "--signal=USR2", "--name", name], capture_output=True).returncode == 0:
+            break
+        time.sleep(0.5)
     lift_requeue_holds(running)
     _, err = running.communicate(timeout=60)
     assert running.returncode == 0, err[-2000:]

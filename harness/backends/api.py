@@ -216,11 +216,13 @@ class APIBackend(ChatBackend):
         todo = [i for i, key in enumerate(keys) if key not in self.journal.done]
         if todo:
             pool = ThreadPoolExecutor(max_workers=min(self.endpoint.concurrency, len(todo)))
-            futures = [pool.submit(self._complete, bodies[i], keys[i]) for i in todo]
+            stop = threading.Event()
+            futures = [pool.submit(self._complete_unless, stop, bodies[i], keys[i]) for i in todo]
             try:
                 for future in futures:
                     future.result()
             finally:  # on Ctrl-C or a spent retry: no new requests; those in flight are journaled if they complete
+                stop.set()
                 pool.shutdown(wait=False, cancel_futures=True)
         out = []
         for key in keys:
@@ -230,6 +232,17 @@ class APIBackend(ChatBackend):
             tokens = record.get("completion_tokens") or max(1, self.count_tokens(record["text"]))
             out.append(Generation(text=record["text"], tokens=tokens, prompt_tokens=record.get("prompt_tokens", 0)))
         return out
+
+    def _complete_unless(self, stop: threading.Event, body: dict, key: str) -> None:
+        """``_complete`` unless a request has failed for good: the worker that meets the failure says so before it
+        takes the next problem (else a queued request would still be sent after the run has stopped)."""
+        if stop.is_set():
+            return
+        try:
+            self._complete(body, key)
+        except BaseException:
+            stop.set()
+            raise
 
     def _complete(self, body: dict, key: str) -> None:
         """One problem's completion (continued while its first line is still blank), journaled when complete."""
