@@ -126,7 +126,9 @@ def api_markdown(result: dict) -> list[str]:
         f"time): {result['overhead_per_request_s'] * 1000:.0f} ms",
         f"- served at the highest concurrency: {result['served_vs_in_process']:.2f}x the in-process backend's time",
         f"- outputs served at concurrency 1 identical to in-process at batch 1: {result['identical_outputs']} of "
-        f"{result['compared_outputs']}",
+        f"{result['compared_outputs']} (these servers keep the previous request's prefix, as a deployment would, and "
+        "ggml rounds a reused prefix differently: near-ties then part; harness.serve without --prefix-cache is the "
+        "reproducible setting, README 'Served models')",
         "",
     ]
     return lines
