@@ -46,14 +46,9 @@ def gradients(model) -> dict[str, torch.Tensor]:
     return out
 
 
-@pytest.mark.parametrize("tasks", [[Task("add"), Task("iter_add", 3)], [Task("mul")]])
-def test_the_shared_prefix_loss_is_trls_loss_and_gradient(tasks):
-    trainer, batch = trainer_and_batch(6, tasks)
+def same_loss_and_gradient_as_trl(trainer, batch) -> dict[str, torch.Tensor]:
+    """Asserts shared_prefix_loss gives trl's loss and gradient on the batch; returns the gradients."""
     model = trainer.model
-    model.train()
-    split = shared_prefix_length(batch["input_ids"], batch["attention_mask"], batch["labels"])
-    assert split > 100, "the rows share the chat header and the few-shot examples"
-    assert len({len(row) for row in batch["input_ids"].tolist()}) == 1 and (batch["attention_mask"] == 0).any()
     theirs = trainer.compute_loss(model, dict(batch))
     theirs.backward()
     expected = gradients(model)
@@ -64,6 +59,18 @@ def test_the_shared_prefix_loss_is_trls_loss_and_gradient(tasks):
     assert expected.keys() == got.keys() and len(got) > 10
     for name, gradient in expected.items():
         assert torch.allclose(got[name], gradient, rtol=1e-3, atol=1e-7), name
+    return got
+
+
+@pytest.mark.parametrize("tasks", [[Task("add"), Task("iter_add", 3)], [Task("mul")]])
+def test_the_shared_prefix_loss_is_trls_loss_and_gradient(tasks):
+    trainer, batch = trainer_and_batch(6, tasks)
+    model = trainer.model
+    model.train()
+    split = shared_prefix_length(batch["input_ids"], batch["attention_mask"], batch["labels"])
+    assert split > 100, "the rows share the chat header and the few-shot examples"
+    assert len({len(row) for row in batch["input_ids"].tolist()}) == 1 and (batch["attention_mask"] == 0).any()
+    got = same_loss_and_gradient_as_trl(trainer, batch)
     # lora_A of k_proj in layer 0 receives gradient only through the keys, most of which are the prefix's
     assert any("k_proj.lora_A" in name and got[name].abs().sum() > 0 for name in got)
 
@@ -97,17 +104,8 @@ def test_a_batch_of_two_templates_runs_each_templates_prefix_once_with_trls_loss
     groups = prefix_groups(batch["input_ids"], batch["attention_mask"], batch["labels"])
     assert len(set(templates)) == 2 and len(groups) == 2
     assert all(len({templates[i] for i in group}) == 1 for group in groups), (templates, groups)
-    model = trainer.model
-    model.train()
-    theirs = trainer.compute_loss(model, dict(batch))
-    theirs.backward()
-    expected = gradients(model)
-    ours = shared_prefix_loss(model, batch["input_ids"], batch["attention_mask"], batch["labels"])
-    ours.backward()
-    got = gradients(model)
-    assert float(ours) == pytest.approx(float(theirs), rel=1e-5)
-    for name, gradient in expected.items():
-        assert torch.allclose(got[name], gradient, rtol=1e-3, atol=1e-7), name
+    trainer.model.train()
+    same_loss_and_gradient_as_trl(trainer, batch)
 
 
 def test_template_blocks_keep_each_batch_on_one_template():
