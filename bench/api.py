@@ -11,7 +11,6 @@ prefix (--prefix-cache), as a deployment would; without it every request decodes
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import tempfile
@@ -21,14 +20,9 @@ from pathlib import Path
 
 from bench.common import log, median
 from harness.diff import by_problem, same_output
+from harness.serve import free_port
 
 PRECISION = "gguf-q4_1"
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def start_servers(count: int, threads: int) -> tuple[list[subprocess.Popen], list[str]]:

@@ -294,7 +294,6 @@ class RunDir:
         """Lock the directory, check what it holds (``recompute``: may drop cells to compute them again; False for
         a command that cannot, which keeps them and lists them in ``untrusted``) and record this invocation."""
         self.path = Path(path)
-        self._created = not self.path.exists()
         self._lock = DirectoryLock(self.path, command)
         try:
             self._open(identity, command, spec, recompute)
@@ -336,13 +335,12 @@ class RunDir:
     def close(self) -> None:
         """Release the directory lock (process exit releases it too, kill -9 included). A directory this run created
         and finished no cell in (stopped by Ctrl-C or an error before its first cell) is removed again: it holds
-        nothing but this invocation's record."""
-        self._lock.release()
-        if self._created and not getattr(self, "rows", None):
+        nothing but this invocation's record, which goes while the lock is held; the lock then removes the directory
+        if nothing else is there."""
+        if self._lock.created and not getattr(self, "rows", None):
             for name in ("run.json", "results.csv", "samples.jsonl"):
                 (self.path / name).unlink(missing_ok=True)
-            with contextlib.suppress(OSError):
-                self.path.rmdir()  # only if nothing else is there
+        self._lock.release()
 
     @property
     def done(self) -> set[tuple]:

@@ -16,11 +16,19 @@ give harness.eval all of them (--api-base URL1,URL2,...): replicas, each request
 from __future__ import annotations
 
 import os
+import socket
 from collections.abc import Sequence
 
 from harness.cli import THREADS, ArgParser, Bound, UserError, run
 
 PORT = Bound(1, 65535, "TCP ports end there")
+
+
+def free_port() -> int:
+    """A TCP port nothing on 127.0.0.1 listens on now (for a server started beside another: tests, bench.run)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
 
 
 def cpu_safe_llama_cpp():

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from harness.figures import figure_png
+from harness.figures import accuracy_axes, figure_png
 
 PANEL_KEYS = ["task", "operands", "base", "fixed_width", "depth"]
 
@@ -65,13 +65,9 @@ def accuracy_figure(rows: list[dict]) -> bytes:
                 label=f"{precision} mean",
             )
             ax.fill_between(stats["length"], stats["min"], stats["max"], color=line.get_color(), alpha=0.15)
-        ax.set_title(_title(key), fontsize=9)
         ax.set_xticks(sorted(panel["length"].unique()))
-        ax.set_xlabel("operand length n")
-        ax.set_ylabel("exact-match accuracy")
-        ax.set_ylim(-0.03, 1.03)
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=7)
+        accuracy_axes(ax, _title(key), "operand length n")
+        ax.title.set_fontsize(9)
     return figure_png(fig)
 
 

@@ -1,7 +1,6 @@
 """Run the project's commands as a user would: a real subprocess, offline."""
 
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -9,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from harness.quantize import QUANTIZE_ENV
+from harness.serve import free_port  # noqa: F401  (the tests' free port)
 
 needs_quantize_env = pytest.mark.skipif(
     not (QUANTIZE_ENV / "bin" / "python").exists(), reason="run scripts/setup_quantize.sh (CI does)"
@@ -43,10 +43,3 @@ def assert_user_error(result: subprocess.CompletedProcess, *fragments: str) -> N
     assert lines[0].startswith("error: ")
     for fragment in fragments:
         assert fragment in lines[0], lines[0]
-
-
-def free_port() -> int:
-    """A TCP port nothing on 127.0.0.1 listens on now."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
