@@ -3,6 +3,7 @@
     python -m harness.quantize --model smollm2 --method gptq --bits 4 --group-size 64
     python -m harness.quantize --model smollm2 --method awq --bits 4 --group-size 64 --samples 64
     python -m harness.eval --precision gptq-w4,awq-w4   # finds them in the cache; or --model-path DIR
+    python -m harness.quantize --model smollm2 --model-path MERGED_DIR --method gptq --out DIR  # your own weights
 
 GPTQ checkpoints are written as compressed-tensors. AWQ checkpoints are written by default in AutoAWQ's
 GEMM format (``harness/autoawq.py``): the format of the paper's int4 Llama, which transformers loads
@@ -29,13 +30,13 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from harness.autoawq import require_gptqmodel
-from harness.cli import SEED, ArgParser, Bound, UserError, command_line, output_dir, run
+from harness.cli import SEED, ArgParser, Bound, UserError, command_line, input_path, output_dir, run
 from harness.lock import DirectoryLock
 from harness.models import W4_PRECISIONS, ModelSpec, get_model, get_precision
 from harness.problems import heldout_problems, parse_task
 from harness.prompts import user_message
 from harness.results import follow_umask
-from harness.weights import quantized_dir, resolve_weights
+from harness.weights import check_unquantized, quantized_dir, resolve_weights
 
 QUANTIZE_ENV = Path(__file__).resolve().parent.parent / ".venv-quantize"
 HANDED_OVER = "NUMPREC_QUANTIZE_HANDED_OVER"  # set for the quantization environment's process
@@ -107,14 +108,23 @@ def calibration_dtype() -> str:
     return "bfloat16" if torch.accelerator.is_available() or cpu_bf16_instructions() else "float32"
 
 
-def quantize(model_name: str, method: str, bits: int, group_size: int, out: Path, samples: int, seed: int) -> dict:
+def quantize(
+    model_name: str,
+    method: str,
+    bits: int,
+    group_size: int,
+    out: Path,
+    samples: int,
+    seed: int,
+    model_path: str | None = None,
+) -> dict:
     import torch
     from datasets import Dataset
     from llmcompressor import oneshot
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     model = get_model(model_name)
-    source = resolve_weights(model)
+    source = resolve_weights(model, model_path)
     torch.manual_seed(seed)
     tokenizer = AutoTokenizer.from_pretrained(source)
     calibration = calibration_dtype()
@@ -158,11 +168,12 @@ def quantize(model_name: str, method: str, bits: int, group_size: int, out: Path
     return info
 
 
-def check_group_size(model: ModelSpec, group_size: int) -> None:
+def check_group_size(model: ModelSpec, group_size: int, model_path: str | None = None) -> None:
     """Groups must tile every quantized row; llm-compressor would find out only after loading the model."""
     if group_size < 1:
         raise UserError(f"--group-size must be positive, got {group_size}")
-    config_path = Path(resolve_weights(model)) / "config.json" if model.source.get("kind") != "hub" else None
+    local = model_path or model.source.get("kind") != "hub"
+    config_path = Path(resolve_weights(model, model_path)) / "config.json" if local else None
     if config_path is None or not config_path.is_file():
         return
     config = json.loads(config_path.read_text(encoding="utf-8"))
@@ -205,6 +216,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--samples", type=CALIBRATION.arg, default=256, help="calibration problems (default 256)")
     parser.add_argument("--seed", type=SEED.arg, default=0)
+    parser.add_argument(
+        "--model-path",
+        type=input_path,
+        help="quantize the weights in this directory instead (a fine-tuned or merged checkpoint of --model; needs "
+        "--out)",
+    )
     parser.add_argument("--out", type=output_dir, help="checkpoint directory (default: where harness.eval looks)")
     parser.add_argument(
         "--format", choices=FORMATS, help="checkpoint format (default: autoawq for awq, compressed-tensors for gptq)"
@@ -215,7 +232,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.bits != precision.weight_bits:
         raise UserError(f"--bits {args.bits}: the registered {precision.name} precision stores {precision.weight_bits}")
     group_size = args.group_size if args.group_size is not None else precision.group_size
-    check_group_size(model, group_size)
+    model_path = str(args.model_path) if args.model_path else None
+    if model_path:
+        if args.out is None:
+            raise UserError(
+                "--model-path needs --out DIR: the cache's checkpoint is the registry model's; evaluate yours with "
+                "harness.eval --model-path DIR"
+            )
+        check_unquantized(model_path)
+    check_group_size(model, group_size, model_path)
     out = args.out or quantized_dir(model, precision)
     if args.out is None and group_size != precision.group_size:
         raise UserError(
@@ -239,13 +264,16 @@ def main(argv: Sequence[str] | None = None) -> int:
             calibrate = ["--model", args.model, "--method", args.method, "--bits", str(args.bits)]
             calibrate += ["--group-size", str(group_size), "--samples", str(args.samples), "--seed", str(args.seed)]
             calibrate += ["--out", str(calibrated), "--format", "compressed-tensors"]
+            calibrate += ["--model-path", model_path] if model_path else []
             code = _hand_over(calibrate)
             if code:
                 return code
         else:
             what = f"{args.model} with {args.method} W{args.bits}A16 g{group_size}"
             print(f"quantizing {what} -> {calibrated}", file=sys.stderr)
-            info = quantize(args.model, args.method, args.bits, group_size, calibrated, args.samples, args.seed)
+            info = quantize(
+                args.model, args.method, args.bits, group_size, calibrated, args.samples, args.seed, model_path
+            )
             print(f"wrote {calibrated} ({info['calibration_samples']} calibration problems, {info['seconds']:.0f} s)")
         if checkpoint_format == "autoawq":
             from harness.autoawq import to_autoawq

@@ -6,10 +6,11 @@ extra), under the model's registry name, for ``--backend api`` to evaluate:
 
 The GGUF is the one harness.eval's llamacpp backend runs (the shipped file, or a variant made once in the cache),
 loaded with the same CPU-safe settings (ggml's extra CPU buffer types off: they crash llama_decode on CPUs that
-report AMX), each request decoded from an empty cache (--prefix-cache reuses the previous request's prefix: faster,
-but answers then depend on request order). The server answers one request at a time; to serve N requests at once,
-start N servers on N ports and
-give harness.eval all of them (--api-base URL1,URL2,...): replicas, each request to the least busy one. With
+report AMX) and flash attention on, each request decoded whole from an empty cache, as the in-process backend decodes
+a prompt at --batch-size 1: the two then answer alike, token for token (--prefix-cache reuses the previous request's
+prefix: faster, but answers then depend on request order). The server answers one request at a time; to serve N
+requests at once, start N servers on N ports and give harness.eval all of them (--api-base URL1,URL2,...): replicas,
+each request to the least busy one (llama.cpp's own llama-server batches N slots in one process: bench/api.py). With
 --api-key the server refuses requests without that key (the client reads it from NUMPREC_API_KEY).
 """
 
@@ -71,7 +72,13 @@ def serve(
 
         llama_cpp.Llama.generate = fresh_generate
     model = ModelSettings(
-        model=gguf, model_alias=alias, n_ctx=context, n_threads=threads, n_threads_batch=threads, verbose=False
+        model=gguf,
+        model_alias=alias,
+        n_ctx=context,
+        n_threads=threads,
+        n_threads_batch=threads,
+        flash_attn=True,  # llama.cpp's own server's "auto" on a CPU, and the in-process backend's setting
+        verbose=False,
     )
     app = create_app(server_settings=ServerSettings(host=host, port=port, api_key=api_key), model_settings=[model])
     uvicorn.run(app, host=host, port=port, log_level="warning")

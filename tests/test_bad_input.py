@@ -457,6 +457,9 @@ QUANTIZE = [
     ("out-a-file", ["--method", "gptq", "--out", "a_file"], "is a file"),
     ("abbreviated", ["--meth", "gptq"], "--meth is not a flag; write it in full"),
     ("out-empty", ["--method", "gptq", "--out", ""], "an empty path"),
+    ("model-path-no-out", ["--method", "gptq", "--model-path", "empty_dir"], "--model-path needs --out DIR"),
+    ("model-path-missing", ["--method", "gptq", "--model-path", "gone", "--out", "q"], "gone does not exist"),
+    ("model-path-no-config", ["--method", "gptq", "--model-path", "empty_dir", "--out", "q"], "no config.json"),
 ]
 
 BENCH = [

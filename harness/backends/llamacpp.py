@@ -6,6 +6,12 @@ cell shares is decoded once into sequence 0 of a unified KV cache; each row of a
 starts as a copy of it (``llama_memory_seq_cp`` shares the cells, it does not recompute them), then all
 rows' suffixes go through in one ``llama_decode``, then one token per running row per step.
 
+At batch size 1 each prompt is decoded whole from an empty cache instead, as llama.cpp's server decodes a
+request: ggml's kernels round a prompt decoded in two pieces (prefix, then suffix) differently from one decoded
+in one piece (logits apart by up to ~1 on the embedded model), so only this way does a run here answer exactly
+what a llama.cpp server answers for the same GGUF (tests/harness/test_api.py). Flash attention is on, as
+llama.cpp's server (``-fa auto``) and harness.serve run it on a CPU.
+
 Tokens and text go through the same Hugging Face tokenizer and chat template as the transformers path
 (converted from this GGUF, so the ids are llama.cpp's own); the stop rule is the shared
 ``first_line_done``. Sampling is per problem (seeded by problem index), so it does not depend on batching.
@@ -117,6 +123,7 @@ class LlamaCppBackend(ChatBackend):
         params.n_seq_max = sequences
         params.n_threads = params.n_threads_batch = self.threads
         params.kv_unified = True  # rows share the prefix cells instead of holding copies
+        params.flash_attn_type = lib.LLAMA_FLASH_ATTN_TYPE_ENABLED  # what "auto" picks on a CPU, and a server's
         params.no_perf = True
         self.ctx = lib.llama_init_from_model(self.model, params)
         if not self.ctx:
@@ -127,7 +134,7 @@ class LlamaCppBackend(ChatBackend):
         """Token ids, a context large enough for a batch, and the shared prefix decoded once into sequence 0,
         which every row's sequence starts as a copy of."""
         ids = [self.tokenizer(p, add_special_tokens=False)["input_ids"] for p in prompts]
-        prefix = feedable_prefix(ids)
+        prefix = feedable_prefix(ids) if self.batch_size > 1 else []  # one at a time: whole, as a server decodes
         longest = max(len(x) for x in ids) - len(prefix)
         self._context(len(prefix) + self.batch_size * (longest + max(budgets)) + 8, self.batch_size + 1)
         memory = self.lib.llama_get_memory(self.ctx)
@@ -143,6 +150,8 @@ class LlamaCppBackend(ChatBackend):
 
     def _generate_batch(self, memory, prefix_len: int, rows, sampling: Sampling):
         lib = self.lib
+        if prefix_len == 0:  # each prompt from an empty cache, its cells where a fresh server's would be
+            lib.llama_memory_clear(memory, True)
         for row in rows:
             lib.llama_memory_seq_cp(memory, 0, row.seq, -1, -1)
         entries, wanted = [], set()

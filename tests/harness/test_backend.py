@@ -94,11 +94,15 @@ def test_the_static_cache_path_gives_the_answers_of_the_path_where_rows_leave(sm
 
 
 @pytest.mark.skipif(HAS_CUDA, reason="breaks the CPU code generator; CUDA's needs no C++ compiler")
-def test_a_graph_compiler_failure_decodes_the_batch_again_eagerly(smollm2_fp32):
-    """What happens when graph compilation fails, provoked on the CPU through inductor's C++ compiler."""
+def test_a_graph_compiler_failure_decodes_the_batch_again_eagerly(tiny_llama):
+    """What happens when graph compilation fails, provoked on the CPU through inductor's C++ compiler. On the small
+    Llama of tests/harness/conftest.py: tracing the real model's 30 layers took half a minute before the failure."""
     import torch._inductor.config
 
-    backend = smollm2_fp32
+    from harness.backends.hf import HFBackend
+    from harness.models import get_model, get_precision
+
+    backend = HFBackend(str(tiny_llama), get_precision(get_model("smollm2"), "fp32"), batch_size=4)
     _, prompts = prompts_for(backend, Task("add"), 1, 4, seed=3)
     expected = [g.text for g in backend.generate(prompts, 8, GREEDY)]
     saved = (backend.static_decode, backend.graphs, backend._step, backend.graph_error)

@@ -1,5 +1,6 @@
 """Every CPU-capable quantized variant of the real default model: it loads genuinely quantized weights,
-generates, and is scored through harness.eval; GPU-only paths stop with one line."""
+generates, and is scored through harness.eval; GPU-only paths stop with one line. GPTQ is calibrated on a small
+Llama with the default model's tokenizer (tests/harness/conftest.py: the pipeline in seconds, not minutes)."""
 
 import json
 
