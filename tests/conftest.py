@@ -27,7 +27,15 @@ SLOW_MODULES = {
     "tests/scratch/test_sweep.py",
     "tests/scratch/test_train.py",
 }
-SLOW_FIXTURES = {"smollm2_fp32", "gptq_checkpoint", "awq_checkpoint", "tiny_autoawq", "llamacpp_q8"}
+SLOW_FIXTURES = {"smollm2_fp32", "gptq_checkpoint", "awq_checkpoint", "tiny_autoawq", "llamacpp_q8", "tiny_llama"}
+
+
+@pytest.fixture(scope="session")
+def tiny_llama(tmp_path_factory):
+    """tests/tiny.py's small Llama, written once per worker."""
+    from tests.tiny import write_tiny_llama
+
+    return write_tiny_llama(tmp_path_factory.mktemp("tiny-llama") / "tiny-llama")
 
 
 def pytest_collection_modifyitems(config, items):

@@ -264,4 +264,3 @@ def test_bad_endpoints_are_one_line_before_any_work(server, tmp_path, capsys):
             assert b"sesame" not in path.read_bytes(), path
     finally:
         keyed.kill()
-

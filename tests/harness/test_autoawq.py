@@ -18,8 +18,8 @@ from harness.problems import Task, generate
 from harness.prompts import user_message
 from harness.weights import resolve_weights
 from tests.devices import HAS_CUDA
+from tests.tiny import linear_bytes_per_weight
 
-from .conftest import linear_bytes_per_weight
 from .helpers import assert_user_error, needs_quantize_env, run_module
 from .test_eval import read_rows
 
