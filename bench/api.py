@@ -20,13 +20,12 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from functools import partial
 from pathlib import Path
 
 from bench.common import log, median
 from harness.diff import by_problem, same_output
-from harness.serve import free_port
+from harness.serve import free_port, wait_until_serving
 
 PRECISION = "gguf-q4_1"
 
@@ -73,19 +72,6 @@ def start_servers(count: int, threads: int, prefix_cache: bool) -> tuple[list[su
         urls.append(f"http://127.0.0.1:{port}/v1")
     wait_until_serving(processes, urls)
     return processes, urls
-
-
-def wait_until_serving(processes: list[subprocess.Popen], urls: list[str]) -> None:
-    deadline = time.monotonic() + 120
-    for url in urls:
-        while True:
-            try:
-                urllib.request.urlopen(url + "/models", timeout=2)
-                break
-            except OSError:
-                if time.monotonic() > deadline or any(p.poll() is not None for p in processes):
-                    raise RuntimeError(f"the server at {url} did not start") from None
-                time.sleep(0.3)
 
 
 def timed_eval(args: list[str], out: Path) -> float:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import socket
+import time
 from collections.abc import Sequence
 
 from harness.cli import THREADS, ArgParser, Bound, UserError, run
@@ -30,6 +31,31 @@ def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return probe.getsockname()[1]
+
+
+def wait_until_serving(processes: list, urls: list[str], seconds: float = 120) -> None:
+    """Return once every server answers on its /models (a refusal for want of a key counts as up; a 503 while the
+    model loads, as llama-server gives, does not); RuntimeError naming the server's URL where one exits first or
+    none answers within ``seconds``."""
+    import urllib.error
+    import urllib.request
+
+    deadline = time.monotonic() + seconds
+    for url in urls:
+        while True:
+            try:
+                urllib.request.urlopen(url + "/models", timeout=2)
+                break
+            except urllib.error.HTTPError as refusal:
+                if refusal.code in (401, 403):
+                    break  # up, and asking for a key
+            except OSError:
+                pass
+            if any(process.poll() is not None for process in processes):
+                raise RuntimeError(f"the server at {url} exited before it answered")
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the server at {url} did not answer within {seconds:.0f} s")
+            time.sleep(0.3)
 
 
 def cpu_safe_llama_cpp():

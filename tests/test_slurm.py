@@ -102,7 +102,7 @@ def test_a_sweep_on_slurm_equals_the_local_launchers(cluster, tmp_path):
 def test_a_cancelled_sweep_resumes_every_run_from_its_checkpoint(cluster, tmp_path):
     """scancel of the array mid-run: one line, exit 2. The same command again submits the unfinished runs only,
     and each resumes from its last checkpoint: none trains again from step 0."""
-    name = f"numprec-test-{uuid.uuid4().hex[:8]}"
+    name = job_name()
     config = write(tmp_path / "sweep.yaml", SWEEP.format(steps=2000, every=100, slurm=own_jobs(name)))
     out = tmp_path / "run"
     running = sweep(config, out, "--launcher", "slurm", background=True)
@@ -130,10 +130,15 @@ def test_a_cancelled_sweep_resumes_every_run_from_its_checkpoint(cluster, tmp_pa
     assert len(results(out)) == 4
 
 
+def job_name() -> str:
+    """A job name of this test's own: other tests (tests/scratch/test_sweep.py) submit numprec-scratch arrays to the
+    same cluster at the same time, and a scancel by name must not reach them."""
+    return f"numprec-test-{uuid.uuid4().hex[:8]}"
+
+
 def own_jobs(name: str | None = None) -> str:
-    """The sweep's slurm settings, its jobs under a name of their own: other tests (tests/scratch/test_sweep.py) submit
-    numprec-scratch arrays to the same cluster at the same time, and a scancel by name must not reach them."""
-    return f"{{timeout_min: 10, name: {name or 'numprec-test-' + uuid.uuid4().hex[:8]}}}"
+    """The sweep's slurm settings, its jobs under ``name`` (a fresh job_name() if none)."""
+    return f"{{timeout_min: 10, name: {name or job_name()}}}"
 
 
 def lift_requeue_holds(until: subprocess.Popen) -> None:
@@ -152,7 +157,7 @@ def test_a_task_warned_of_its_time_limit_checkpoints_is_requeued_and_finishes_as
     task resumes from that step; the run's history and result equal an uninterrupted local run's. The warning is
     sent here with scancel --signal once the task trains: a one-minute limit with the warning at 5 s raced the
     node's Python start on a loaded machine (a signal before the handler ends the task)."""
-    name = f"numprec-test-{uuid.uuid4().hex[:8]}"
+    name = job_name()
     text = SWEEP.format(steps=2000, every=500, slurm=own_jobs(name))
     text = text.replace("lengths: [2, 3]", "lengths: [3]").replace("seeds: [0, 1]", "seeds: [0]")
     config = write(tmp_path / "sweep.yaml", text)

@@ -10,7 +10,6 @@ import signal
 import subprocess
 import sys
 import time
-import urllib.request
 from pathlib import Path
 
 import pytest
@@ -18,6 +17,7 @@ import pytest
 from harness.cli import run
 from harness.diff import by_problem, same_output
 from harness.eval import main
+from harness.serve import wait_until_serving
 from tests.api_proxy import FaultProxy
 
 from .helpers import ROOT, command_env, free_port
@@ -46,18 +46,12 @@ class Server:
             stderr=subprocess.PIPE,
             text=True,
         )
-        deadline = time.monotonic() + 90
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"harness.serve exited: {self.process.stderr.read()[-2000:]}")
-            try:
-                urllib.request.urlopen(f"http://127.0.0.1:{self.port}/v1/models", timeout=2)
-                return self
-            except urllib.error.HTTPError:
-                return self  # up, and asking for a key
-            except OSError:
-                time.sleep(0.3)
-        raise RuntimeError("harness.serve did not answer within 90 s")
+        try:
+            wait_until_serving([self.process], [self.url], seconds=90)
+        except RuntimeError as error:
+            tail = self.process.stderr.read()[-2000:] if self.process.poll() is not None else ""
+            raise RuntimeError(f"harness.serve: {error} {tail}") from None
+        return self
 
     def kill(self) -> None:
         if self.process and self.process.poll() is None:

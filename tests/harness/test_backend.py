@@ -96,7 +96,7 @@ def test_the_static_cache_path_gives_the_answers_of_the_path_where_rows_leave(sm
 @pytest.mark.skipif(HAS_CUDA, reason="breaks the CPU code generator; CUDA's needs no C++ compiler")
 def test_a_graph_compiler_failure_decodes_the_batch_again_eagerly(tiny_llama):
     """What happens when graph compilation fails, provoked on the CPU through inductor's C++ compiler. On the small
-    Llama of tests/harness/conftest.py: tracing the real model's 30 layers took half a minute before the failure."""
+    Llama of tests/tiny.py: tracing the real model's 30 layers took half a minute before the failure."""
     import torch._inductor.config
 
     from harness.backends.hf import HFBackend
