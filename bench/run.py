@@ -28,10 +28,7 @@ Writes DIR/results.json and DIR/results.md. Shared machines are noisy: every fig
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
-import os
-import platform
 import subprocess
 import sys
 import tempfile
@@ -283,34 +280,19 @@ def bench_memory(threads: int, batch_size: int, work: Path, problems: list[dict]
 
 
 def machine() -> dict:
-    from harness.backends import cpu_name
-    from harness.results import library_versions
+    """This machine as every record describes it (harness/machine.py), with a short line of its instructions."""
+    from harness.machine import describe
 
-    versions = library_versions()
-    from importlib.metadata import PackageNotFoundError, version
-
-    for name in ("lm_eval", "llama_cpp_python", "bitsandbytes", "compressed-tensors"):
-        with contextlib.suppress(PackageNotFoundError):
-            versions[name] = version(name)
-    return {
-        "cpu": cpu_name(),
-        "instructions": cpu_instructions(),
-        "cores": os.cpu_count(),
-        "python": platform.python_version(),
-        "versions": versions,
-    }
+    here = describe()
+    return {**here, "instructions": cpu_instructions(here)}
 
 
-def cpu_instructions() -> str:
+def cpu_instructions(here: dict) -> str:
     """The vector instructions torch's CPU kernels use here, and whether the CPU has bf16 ones: machines of one
     name differ (an AVX2-only EPYC multiplies bf16 several times slower than fp32, one with AMX several times
     faster), so each run of a merged report says which it had."""
-    import torch
-
-    from harness.backends import cpu_bf16_instructions
-
-    bf16 = ", ".join(cpu_bf16_instructions()) or "none"
-    return f"{torch.backends.cpu.get_cpu_capability()}, bf16 instructions: {bf16}"
+    bf16 = ", ".join(flag for flag in here["cpu_flags"] if flag in ("avx512_bf16", "amx_bf16")) or "none"
+    return f"{here.get('torch_cpu_kernels', 'torch not loaded')}, bf16 instructions: {bf16}"
 
 
 def markdown(results: dict) -> str:
@@ -323,7 +305,8 @@ def markdown(results: dict) -> str:
     instructions = f" ({info['instructions']})" if "instructions" in info else ""
     cores = f"{info['cores']} cores, Python {info['python']}"
     lines += [f"Machine of the latest run: {info['cpu']}{instructions}, {cores}  "]
-    lines += ["Libraries: " + ", ".join(f"{k} {v}" for k, v in sorted(info["versions"].items())), ""]
+    libraries = info.get("libraries") or info.get("versions", {})  # "versions" in records before harness/machine.py
+    lines += ["Libraries: " + ", ".join(f"{k} {v}" for k, v in sorted(libraries.items())), ""]
     if "eval" in results:
         e = results["eval"]
         lines += [

@@ -47,6 +47,7 @@ from harness.cli import (
 )
 from harness.config import StrictModel, load_yaml_model
 from harness.lock import DirectoryLock
+from harness.machine import describe
 from harness.results import follow_umask
 
 # A tiny model is for tests and smoke runs; real models come from the registry or model_path.
@@ -273,10 +274,8 @@ def is_main_process() -> bool:
 def base_weights(config: FinetuneConfig, out: Path) -> str:
     """The directory the base model loads from: a registry model, --model_path, or a tiny model saved in OUT/base."""
     from harness.models import get_model
-    from harness.quiet import quiet_transformers
     from harness.weights import resolve_weights
 
-    quiet_transformers()
     model = get_model(config.model)
     weights = resolve_weights(model, config.model_path)
     if config.tiny is None:
@@ -376,7 +375,7 @@ def last_checkpoint(checkpoints: Path) -> str | None:
 def train(config: FinetuneConfig, config_path: Path, out: Path) -> dict:
     import torch
     from peft import LoraConfig
-    from transformers import AutoTokenizer
+    from transformers import AutoTokenizer, PrinterCallback
     from trl import SFTConfig, SFTTrainer
 
     from finetune.prefix import SharedPrefixTrainer
@@ -412,7 +411,7 @@ def train(config: FinetuneConfig, config_path: Path, out: Path) -> dict:
         report_to="none",
         use_cpu=not torch.cuda.is_available(),
         dataloader_num_workers=0,
-        disable_tqdm=False,
+        disable_tqdm=True,  # progress_bar() instead
         # examples built here come in template blocks, a batch each, already shuffled: read them in that order
         train_sampling_strategy="sequential" if settings.shared_prefix and not config.data.path else "random",
     )
@@ -428,6 +427,8 @@ def train(config: FinetuneConfig, config_path: Path, out: Path) -> dict:
     trainer = trainer_class(model=model, args=args, train_dataset=dataset, processing_class=tokenizer, peft_config=lora)
     curve = out / "curve" if settings.curve else None
     trainer.add_callback(on_save(curve, settings.batch_size * settings.grad_accum))
+    trainer.remove_callback(PrinterCallback)  # the log dicts: progress_bar() says the loss in numprec's words
+    trainer.add_callback(progress_bar())
     resume = last_checkpoint(checkpoints)
     started = time.perf_counter()
     trainer.train(resume_from_checkpoint=resume)
@@ -447,7 +448,7 @@ def train(config: FinetuneConfig, config_path: Path, out: Path) -> dict:
         "wall_s": round(time.perf_counter() - started, 1),
         "world_size": trainer.args.world_size,
         "shared_prefix": settings.shared_prefix,
-        "machine": machine_description(),
+        "machine": describe(),
     }
     adapter = out / "adapter"
     trainer.save_model(str(adapter))  # peft format: adapter_config.json + adapter_model.safetensors
@@ -458,15 +459,40 @@ def train(config: FinetuneConfig, config_path: Path, out: Path) -> dict:
     return summary
 
 
-def machine_description() -> str:
-    """Where the run trained: the GPU's name, or the CPU's model, cores and torch threads."""
-    import torch
+def progress_bar():
+    """numprec's own bar over the training steps, the loss of the latest logging step beside it and a line per
+    logging step (Trainer's bar and printer are off: its tqdm follows the quiet console's TQDM_DISABLE)."""
+    from tqdm import tqdm
+    from transformers import TrainerCallback
 
-    from harness.backends import cpu_name
+    class Progress(TrainerCallback):
+        bar = None
 
-    if torch.cuda.is_available():
-        return f"{torch.cuda.get_device_name()} (CUDA {torch.version.cuda}), torch {torch.__version__}"
-    return f"{cpu_name()}, {os.cpu_count()} cores, {torch.get_num_threads()} torch threads, torch {torch.__version__}"
+        def on_train_begin(self, args, state, control, **kwargs):
+            if state.is_world_process_zero:
+                self.bar = tqdm(
+                    total=state.max_steps, initial=state.global_step, unit="step", file=sys.stderr, disable=False
+                )
+
+        def on_step_end(self, args, state, control, **kwargs):
+            if self.bar is not None:
+                self.bar.update(state.global_step - self.bar.n)
+
+        def on_log(self, args, state, control, logs=None, **kwargs):
+            if self.bar is not None and logs and "loss" in logs:
+                self.bar.set_postfix(loss=f"{logs['loss']:.4f}", refresh=False)
+                self.bar.write(
+                    f"step {state.global_step}/{state.max_steps}: loss {logs['loss']:.4f}, "
+                    f"learning rate {logs.get('learning_rate', 0.0):.3g}",
+                    file=sys.stderr,
+                )
+
+        def on_train_end(self, args, state, control, **kwargs):
+            if self.bar is not None:
+                self.bar.close()
+                self.bar = None
+
+    return Progress()
 
 
 def on_save(curve: Path | None, per_step: int):

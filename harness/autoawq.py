@@ -69,11 +69,6 @@ def to_autoawq(source: Path, out: Path) -> dict:
     """
     import torch
     from compressed_tensors.compressors.pack_quantized.helpers import unpack_from_int32
-
-    from harness.quiet import quiet_gptqmodel, quiet_transformers
-
-    quiet_transformers()
-    quiet_gptqmodel()
     from gptqmodel.quantization.awq.utils.packing_utils import pack_awq
     from safetensors.torch import load_file, save_file
 

@@ -31,6 +31,10 @@ class ArgParser(argparse.ArgumentParser):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, allow_abbrev=False, **kwargs)
+        # Read before the command's imports by harness/quiet.py; here so that every command takes it.
+        self.add_argument(
+            "--verbose", action="store_true", help="show other libraries' warnings and log lines (or NUMPREC_VERBOSE=1)"
+        )
 
     def error(self, message: str) -> None:  # type: ignore[override]
         raise UserError(f"{self.prog}: {message} (see {self.prog} --help)")
@@ -61,6 +65,10 @@ def run(main: Callable[[Sequence[str] | None], int | None], argv: Sequence[str] 
         sys.exit(2)
     except KeyboardInterrupt:
         _interrupted(cleanly=True)
+    except BrokenPipeError:
+        # the reader went away (``... | head``): what it read is all it wanted; nothing more to say
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        sys.exit(0)
     except Exception as err:
         # Ctrl-C inside a C extension's first import (matplotlib while the first report is drawn) surfaces as the
         # ImportError it caused; the interpreter may then abort while shutting down, so it ends at once.

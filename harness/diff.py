@@ -4,8 +4,10 @@ alter what the model wrote?
     python -m harness.diff reports/quick-greedy-n40-seed0 runs/eval/quick-greedy-n40-seed0
 
 Problems are matched by cell (model, precision, adapter, task, base, length) and index; for each series the
-counts of problems in both runs, of identical outputs and of identical verdicts are printed, then the first
-differing outputs. Outputs are compared with trailing whitespace aside: a server (--backend api) drops the newline
+counts of problems in both runs, of identical outputs and of identical verdicts are printed, each followed by what
+differs between the machines that computed it (CPU instructions, GPU, kernels and library versions: harness/machine.py)
+where anything does, so that outputs that differ because the kernels did are seen as such; then the first differing
+outputs. Outputs are compared with trailing whitespace aside: a server (--backend api) drops the newline
 that ended the first line, which the in-process backends keep. A problem whose expression differs between the runs
 (another seed) is reported, not compared. Reads only; exits 0 whatever it finds.
 """
@@ -15,9 +17,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from harness.cli import ArgParser, UserError, input_path, run
+from harness.cli import ArgParser, UserError, input_path, read_json, run
 from harness.evidence import read_sample
-from harness.results import CellKey
+from harness.machine import differences
+from harness.results import CellKey, read_results
 
 
 def by_problem(directory: Path) -> dict[tuple[CellKey, int], dict]:
@@ -46,8 +49,9 @@ def same_output(a: dict, b: dict) -> bool:
     return a["output"].rstrip() == b["output"].rstrip()
 
 
-def compare(first: dict, second: dict, examples: int = 5) -> list[str]:
-    """One line per series (problems in both, identical outputs, identical verdicts), then differing examples."""
+def compare(first: dict, second: dict, examples: int = 5, notes: dict[str, str] | None = None) -> list[str]:
+    """One line per series (problems in both, identical outputs, identical verdicts), each followed by its line of
+    ``notes`` if it has one, then differing examples."""
     shared = [key for key in first if key in second]
     if not shared:
         return ["no problem is in both runs (other models, precisions, tasks or lengths)"]
@@ -62,6 +66,8 @@ def compare(first: dict, second: dict, examples: int = 5) -> list[str]:
         if other_problem:
             line += f" ({len(other_problem)} with another expression at the same index: another seed?)"
         lines.append(line)
+        if notes and series in notes:
+            lines.append(notes[series])
         differing += [key for key in same if not same_output(first[key], second[key])]
     for key in differing[:examples]:
         cell, index = key
@@ -72,12 +78,54 @@ def compare(first: dict, second: dict, examples: int = 5) -> list[str]:
     return lines
 
 
+def series_machines(directory: Path) -> tuple[dict[str, set[str]], dict[str, dict], dict[str, set[str]]]:
+    """(series -> machine ids of its rows, machine id -> description, series -> kernels of its rows) of a run
+    directory; empty where it recorded none (runs made before machines were recorded)."""
+    rows, _ = read_results(directory / "results.csv")
+    machines: dict[str, dict] = {}
+    if (directory / "run.json").is_file():
+        machines = (
+            read_json(directory / "run.json", f"{directory} is not a harness.eval run directory").get("machines") or {}
+        )
+    used: dict[str, set[str]] = {}
+    kernels: dict[str, set[str]] = {}
+    for row in rows:
+        used.setdefault(row.key.series, set()).add(row.machine)
+        kernels.setdefault(row.key.series, set()).add(row.kernel)
+    return used, machines if isinstance(machines, dict) else {}, kernels
+
+
+def machine_notes(first: Path, second: Path) -> dict[str, str]:
+    """Per series, what differs between the machines and kernels the two runs computed it on (none when alike)."""
+    (used_a, machines_a, kernels_a), (used_b, machines_b, kernels_b) = series_machines(first), series_machines(second)
+    notes = {}
+    for name in used_a.keys() & used_b.keys():
+        found = []
+        kernel_a, kernel_b = (", ".join(sorted(kernels.get(name, set()))) for kernels in (kernels_a, kernels_b))
+        if kernel_a != kernel_b:
+            found.append(f"kernel {kernel_a or 'not recorded'} vs {kernel_b or 'not recorded'}")
+        ids_a, ids_b = used_a.get(name, set()), used_b.get(name, set())
+        described_a = [machines_a[i] for i in sorted(ids_a) if i in machines_a]
+        described_b = [machines_b[i] for i in sorted(ids_b) if i in machines_b]
+        if not described_a or not described_b:
+            which = {(False, True): "the first run", (True, False): "the second run"}.get(
+                (bool(described_a), bool(described_b)), "either run"
+            )
+            found.append(f"machine not recorded in {which}")
+        else:
+            found += sorted({line for a in described_a for b in described_b for line in differences(a, b)})
+        if found:
+            notes[name] = f"  ran differently: {'; '.join(found)}"
+    return notes
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = ArgParser(prog="python -m harness.diff", description=__doc__.split("\n\n")[0])
     parser.add_argument("first", type=input_path, help="a run directory written by harness.eval")
     parser.add_argument("second", type=input_path, help="another one")
     args = parser.parse_args(argv)
-    for line in compare(by_problem(args.first), by_problem(args.second)):
+    notes = machine_notes(args.first, args.second)
+    for line in compare(by_problem(args.first), by_problem(args.second), notes=notes):
         print(line)
     return 0
 

@@ -34,6 +34,7 @@ from harness.cli import (
 )
 from harness.config import SETTINGS, RunSpec, add_setting_flags, build_spec, load_config
 from harness.evidence import sample_digest
+from harness.machine import describe
 from harness.models import ModelSpec, PrecisionSpec, get_model, get_precision
 from harness.parallel import Processes
 from harness.problems import DIGITS, Task, generate
@@ -444,7 +445,9 @@ def evaluate(spec: RunSpec, command: str, load=load_variant) -> RunDir | None:
             cells = run_group(backend, group, spec, progress, processes)
             if cells is None or run_dir is None:
                 continue
+            machine = run_dir.record_machine(describe())  # after the first load: torch's kernels are known
             for row, samples in cells:
+                row = replace(row, machine=machine)
                 run_dir.add_cell(row, samples)
                 progress.write(
                     f"{variant.label:>20} {row.key.task_label:>10} "

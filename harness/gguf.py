@@ -13,6 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from harness.cli import UserError
+from harness.quiet import silence_llama_cpp
 
 GGUF_VERSION = "v1"  # bump when the way variants are made changes
 
@@ -77,9 +78,7 @@ def check_gguf_type(path: Path, weight_dtype: str) -> None:
 
 def requantize(source: Path, target: Path, weight_dtype: str) -> None:
     llama_cpp = import_llama_cpp()
-    from harness.backends.llamacpp import _silence
-
-    _silence(llama_cpp)  # llama.cpp lists every tensor it quantizes
+    silence_llama_cpp(llama_cpp)  # llama.cpp lists every tensor it quantizes
     ftype = getattr(llama_cpp, f"LLAMA_FTYPE_MOSTLY_{weight_dtype.upper()}", None)
     if ftype is None:
         raise UserError(f"llama.cpp has no quantization type {weight_dtype}")

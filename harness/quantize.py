@@ -103,7 +103,7 @@ def calibration_dtype() -> str:
     numprec_quantize.json; the saved checkpoint is bfloat16 either way."""
     import torch
 
-    from harness.backends import cpu_bf16_instructions
+    from harness.machine import cpu_bf16_instructions
 
     return "bfloat16" if torch.accelerator.is_available() or cpu_bf16_instructions() else "float32"
 

@@ -9,7 +9,6 @@ file either as it was or with the whole new cell, never half-written.
 
 from __future__ import annotations
 
-import contextlib
 import csv
 import io
 import json
@@ -23,6 +22,7 @@ from pathlib import Path
 
 from harness.cli import UserError
 from harness.lock import DirectoryLock
+from harness.machine import library_versions, machine_id
 
 
 @dataclass
@@ -78,6 +78,8 @@ class CellResult:
     request_mode: str = ""  # completions (template applied here) or chat (the server's template)
     decoding_params: str = ""  # what the requests asked for (top_k not applied where the API has none)
     prompt_tokens: int = 0  # summed over the cell, as the server counted them (0 where not counted)
+    # The machine that computed the cell: an id of run.json's "machines" (CPU instructions, GPU, kernel libraries)
+    machine: str = ""
 
     @property
     def key(self) -> CellKey:
@@ -88,6 +90,7 @@ COLUMNS = [f.name for f in fields(CellResult)]
 # Columns added after run directories were already written; a file without them reads them as "" (not recorded).
 LATER_COLUMNS = {"kernel", "matmul_precision", "flip_k", "flip_outputs", "flip_verdicts", "flip_batch"}
 LATER_COLUMNS |= {"precision_source", "endpoint", "served_model", "request_mode", "decoding_params", "prompt_tokens"}
+LATER_COLUMNS |= {"machine"}
 _INT_COLUMNS = {f.name for f in fields(CellResult) if f.type == "int"}
 _FLOAT_COLUMNS = {f.name for f in fields(CellResult) if f.type == "float"}
 
@@ -329,7 +332,7 @@ class RunDir:
                 "started": time.strftime("%Y-%m-%d %H:%M:%S"),
             }
         )
-        meta = {"identity": identity, "invocations": history, "versions": library_versions()}
+        meta = {**self._meta(), "identity": identity, "invocations": history, "versions": library_versions()}
         atomic_write_text(self.meta_path, json.dumps(meta, indent=2) + "\n")
 
     def close(self) -> None:
@@ -453,6 +456,22 @@ class RunDir:
             self.rows = kept_rows
             atomic_write_text(self.results_path, results_csv_text(self.rows))
 
+    def record_machine(self, description: dict) -> str:
+        """The id of the machine ``description`` names (harness/machine.py), added to run.json's ``machines`` the
+        first time a cell of this run is computed on it; rows name it in their ``machine`` column."""
+        identifier = machine_id(description)
+        meta = self._meta()
+        machines = meta.get("machines") if isinstance(meta.get("machines"), dict) else {}
+        if identifier not in machines:
+            meta["machines"] = {**machines, identifier: description}
+            atomic_write_text(self.meta_path, json.dumps(meta, indent=2) + "\n")
+        return identifier
+
+    def machines(self) -> dict[str, dict]:
+        """Every machine a cell of this run was computed on, by id."""
+        machines = self._meta().get("machines")
+        return machines if isinstance(machines, dict) else {}
+
     def add_cell(self, row: CellResult, samples: list[dict]) -> None:
         """Persist one finished cell: samples first, then the results row that makes the cell count."""
         old = self.samples_path.read_bytes() if self.samples_path.exists() else b""
@@ -460,13 +479,3 @@ class RunDir:
         atomic_write_bytes(self.samples_path, old + new)
         self.rows.append(row)
         atomic_write_text(self.results_path, results_csv_text(self.rows))
-
-
-def library_versions() -> dict[str, str]:
-    from importlib.metadata import PackageNotFoundError, version
-
-    found = {}
-    for name in ("numprec", "torch", "transformers", "accelerate", "gguf", "numpy"):
-        with contextlib.suppress(PackageNotFoundError):
-            found[name] = version(name)
-    return found

@@ -1,5 +1,7 @@
 """What every numprec command sets before anything heavy is imported (each package's __init__ imports this).
 
+- Other libraries' warnings, banners and log lines are silenced at their source unless --verbose or
+  NUMPREC_VERBOSE=1 asks for them (harness/quiet.py).
 - OpenMP threads wait passively: spinning threads cost 2.5-6x on these shared 2-core machines
   (shared/notes/platform-facts.md, "Threads"); tokenizers do not fork thread pools.
 - Ctrl-C while the command is still importing torch and transformers (seconds, before any file is written) ends it
@@ -12,8 +14,11 @@ import signal
 import sys
 import threading
 
+from harness.quiet import silence_libraries
+
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+silence_libraries()
 
 
 def _interrupted_while_starting(signum, frame) -> None:

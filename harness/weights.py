@@ -16,7 +16,6 @@ from pathlib import Path
 from harness.cli import UserError, one_line, read_json
 from harness.gguf import GGUF_VERSION, check_gguf_type, gguf_variant
 from harness.models import W4_PRECISIONS, ModelSpec, PrecisionSpec
-from harness.quiet import quiet_transformers
 from harness.results import follow_umask
 
 
@@ -373,7 +372,6 @@ def merged_adapter_model(model: ModelSpec) -> Path:
         from peft import PeftModel
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
-        quiet_transformers()
         base = resolve_weights(base_model(model))
         print(f"merging {model.name}'s adapter into {base} -> {target} (once, seconds)", file=sys.stderr, flush=True)
         network = AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32)
@@ -432,7 +430,6 @@ def converted_gguf_package(model: ModelSpec) -> Path:
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
-        quiet_transformers()
         print(f"converting {source.name} to {target} (once, ~30 s)", file=sys.stderr, flush=True)
         tokenizer = AutoTokenizer.from_pretrained(source.parent, gguf_file=source.name)
         loaded = AutoModelForCausalLM.from_pretrained(source.parent, gguf_file=source.name, dtype=torch.float32)

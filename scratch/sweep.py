@@ -329,6 +329,18 @@ def worker_devices(config: SweepConfig) -> list[str]:
     return [str(device)]
 
 
+def check_slurm() -> None:
+    """launcher: slurm submits with sbatch and follows the tasks with squeue: both must be here, before any work."""
+    import shutil
+
+    missing = [program for program in ("sbatch", "squeue") if shutil.which(program) is None]
+    if missing:
+        raise UserError(
+            f"launcher: slurm needs a Slurm cluster, and this machine has no {' or '.join(missing)}; use launcher: "
+            "local (or --launcher local), or start a one-node cluster with bash scripts/slurm-local.sh start"
+        )
+
+
 def execute(config: SweepConfig, work: list[list[RunConfig]], devices: list[str], out: Path, on_rows) -> None:
     """Run every pack of ``work`` (locally, one at a time per worker of ``devices``); ``on_rows`` gets each finished
     cell's rows."""
@@ -388,6 +400,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     config = load_sweep(args.config)
     if args.launcher:
         config = config.model_copy(update={"launcher": args.launcher})
+    if config.launcher == "slurm":
+        check_slurm()
     lock = DirectoryLock(args.out, command_line("scratch.sweep", argv))
     try:
         return sweep(args, config)

@@ -28,7 +28,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import platform
 import time
 import warnings
 from collections.abc import Callable, Sequence
@@ -56,6 +55,7 @@ from harness.cli import (
 )
 from harness.cli import run as cli_run
 from harness.lock import DirectoryLock
+from harness.machine import describe
 from harness.problems import BASE, OPERANDS
 from scratch.data import Arithmetic, Problems
 from scratch.model import GPT, GPTConfig, identity
@@ -517,7 +517,8 @@ def run_pack(
                 log(f"preempted at step {step}: checkpoint written")
             raise Preempted(step)
     tokens_per_s = tokens_seen / train_seconds if train_seconds else 0.0
-    device_name = torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or "cpu"
+    machine = describe()
+    device_name = torch.cuda.get_device_name(device) if device.type == "cuda" else machine["cpu"]
     summaries = []
     for r, (run_config, out) in enumerate(zip(configs, outs, strict=True)):
         model, (test_tokens, test_mask) = pack.model(r), tests[r]
@@ -532,6 +533,7 @@ def run_pack(
             "whole_space_test": problems[r].whole_space,
             "device": str(device),
             "device_name": device_name,
+            "machine": machine,
             "matmul_precision": matmul_precision,
             "compiled": pack.compiled,
             "compile_error": pack.compile_error,
@@ -564,6 +566,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             parser.add_argument(flag, type=LIMITS[name].arg if name in LIMITS else type(value), default=value)
     parser.add_argument("--out", type=output_dir, default=None, help="run directory: checkpoint.pt, summary.json")
     args = vars(parser.parse_args(argv))
+    args.pop("verbose")  # read by harness/quiet.py before the imports
     out = args.pop("out")
     config = RunConfig(**args).check()
     if out:

@@ -21,7 +21,8 @@ need_root() { [ "$(id -u)" = 0 ] || { echo "error: run as root (it installs pack
 install_packages() {
     if command -v slurmctld >/dev/null && command -v munged >/dev/null; then return; fi
     echo "installing slurm-wlm and munge (Debian packages, ~3 min)" >&2
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -q slurm-wlm munge >/dev/null
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -q slurm-wlm munge >/dev/null \
+        || { apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q slurm-wlm munge >/dev/null; }
 }
 
 configure() {

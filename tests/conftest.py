@@ -1,6 +1,9 @@
 import os
+import shutil
 
 import pytest
+
+from tests.needs import require
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 if os.environ.get("PYTEST_XDIST_WORKER"):
@@ -28,6 +31,13 @@ SLOW_MODULES = {
     "tests/scratch/test_train.py",
 }
 SLOW_FIXTURES = {"smollm2_fp32", "gptq_checkpoint", "awq_checkpoint", "tiny_autoawq", "llamacpp_q8", "tiny_llama"}
+
+
+@pytest.fixture
+def mpirun() -> str:
+    """Open MPI's launcher, for accelerate's multi-process --cpu launcher."""
+    require(shutil.which("mpirun") is not None, "NUMPREC_REQUIRE_MPI", "no mpirun here", "apt-get install openmpi-bin")
+    return shutil.which("mpirun")
 
 
 @pytest.fixture(scope="session")

@@ -19,7 +19,6 @@ from typing import TYPE_CHECKING
 
 from harness.cli import UserError
 from harness.models import PrecisionSpec
-from harness.quiet import quiet_transformers
 
 if TYPE_CHECKING:
     import torch
@@ -151,27 +150,6 @@ def float32_matmul(device: str) -> str:
     return "ieee fp32" if mode == "highest" else f"fp32 with matmul precision {mode} (reduced passes allowed)"
 
 
-def cpu_name() -> str:
-    """The CPU's model name, from /proc/cpuinfo (platform's own guess elsewhere)."""
-    import platform
-    from pathlib import Path
-
-    info = Path("/proc/cpuinfo")
-    lines = info.read_text().splitlines() if info.exists() else []
-    return next((line.split(":", 1)[1].strip() for line in lines if "model name" in line), platform.processor())
-
-
-def cpu_bf16_instructions() -> list[str]:
-    """This CPU's bfloat16 instructions (avx512_bf16, amx_bf16), from /proc/cpuinfo; none on an AVX2-only CPU,
-    where torch multiplies bfloat16 several times slower than float32 (and 10-30x slower through a transposed
-    weight), while a CPU with AMX multiplies it several times faster."""
-    from pathlib import Path
-
-    info = Path("/proc/cpuinfo")
-    flags = set(info.read_text().split()) if info.exists() else set()
-    return [name for name in ("avx512_bf16", "amx_bf16") if name in flags]
-
-
 def per_prompt(value: int | list[int], count: int) -> list[int]:
     """A per-prompt setting (token budget, sampling seed) given once for all prompts or one per prompt."""
     return [value] * count if isinstance(value, int) else list(value)
@@ -239,7 +217,6 @@ def load_backend(
     tensor_parallel_size: int = 1,
     batch_invariant: bool = False,
 ):
-    quiet_transformers()  # before the backends' imports: transformers imports torchao, which talks at import
     if name == "hf":
         from harness.backends.hf import HFBackend
 

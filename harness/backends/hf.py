@@ -30,7 +30,6 @@ from harness.backends import (
 from harness.backends.sampling import gumbel_choice, warped_candidates
 from harness.cli import UserError, one_line
 from harness.models import PrecisionSpec
-from harness.quiet import quiet_gptqmodel, quiet_transformers
 from harness.weights import quantization_config
 
 TORCH_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -51,7 +50,6 @@ class HFBackend(ChatBackend):
         batch_size: int = 16,
         threads: int | None = None,
     ):
-        quiet_transformers()
         torch.set_num_threads(threads or int(os.environ.get("NUMPREC_THREADS", torch.get_num_threads())))
         device = "cuda" if torch.cuda.is_available() else "cpu"
         model = AutoModelForCausalLM.from_pretrained(weights, **_load_kwargs(precision, device, weights)).eval()
@@ -65,7 +63,6 @@ class HFBackend(ChatBackend):
     def from_model(cls, model, tokenizer, precision: PrecisionSpec, batch_size: int) -> HFBackend:
         """A backend over a model already in memory, on its device (the GPU bench's random-init 8B architecture,
         which is never written to disk)."""
-        quiet_transformers()
         backend = cls.__new__(cls)
         backend._setup(model.eval(), tokenizer, precision, batch_size)
         return backend
@@ -349,7 +346,6 @@ def _load_kwargs(precision: PrecisionSpec, device: str, weights: str) -> dict:
         # AutoAWQ/GPTQ checkpoint, which transformers 5 reads through gptqmodel (the llama-int4 preset's path).
         if (quantization_config(weights) or {}).get("quant_method") in ("awq", "gptq"):
             require_gptqmodel()
-            quiet_gptqmodel()
         return {"dtype": TORCH_DTYPES[precision.activation_dtype], "device_map": device}
     raise UserError(f"precision {precision.name} (method {precision.method}) has no transformers loader")
 

@@ -19,7 +19,6 @@ Tokens and text go through the same Hugging Face tokenizer and chat template as 
 
 from __future__ import annotations
 
-import ctypes
 import os
 from pathlib import Path
 
@@ -38,16 +37,8 @@ from harness.backends.sampling import gumbel_choice, warped_candidates
 from harness.cli import UserError
 from harness.gguf import import_llama_cpp
 from harness.models import PrecisionSpec
+from harness.quiet import silence_llama_cpp
 
-
-def _silence(llama_cpp) -> None:
-    """llama.cpp logs every tensor it loads to stderr; our progress bar is the one that matters."""
-    global _LOG_CALLBACK
-    _LOG_CALLBACK = llama_cpp.llama_log_callback(lambda level, text, data: None)
-    llama_cpp.llama_log_set(_LOG_CALLBACK, ctypes.c_void_p())
-
-
-_LOG_CALLBACK = None  # kept alive: llama.cpp holds a pointer to it
 MAX_ROWS = 128  # sequences per batch (llama.cpp allows 256 in all, and sequence 0 holds the prefix)
 
 
@@ -61,10 +52,8 @@ class LlamaCppBackend(ChatBackend):
     def __init__(self, gguf_path: str, precision: PrecisionSpec, batch_size: int = 16, threads: int | None = None):
         from transformers import AutoTokenizer
 
-        from harness.quiet import quiet_transformers
-
         self.lib = lib = import_llama_cpp()
-        _silence(lib)
+        silence_llama_cpp(lib)
         lib.llama_backend_init()
         self.precision = precision
         self.batch_size = min(batch_size, MAX_ROWS)
@@ -79,7 +68,6 @@ class LlamaCppBackend(ChatBackend):
             raise UserError(f"llama.cpp could not load {path}; is it a GGUF file?")
         self.vocab = lib.llama_model_get_vocab(self.model)
         self.n_vocab = lib.llama_vocab_n_tokens(self.vocab)
-        quiet_transformers()
         if (path.parent / "tokenizer_config.json").is_file():
             self.tokenizer = AutoTokenizer.from_pretrained(path.parent)
         else:  # a user's own .gguf: transformers reads the tokenizer from the file itself

@@ -2,12 +2,14 @@
 
 import json
 
+from tests.console import assert_numprec_console
 from tests.harness.helpers import run_module
 
 
 def test_eval_section_compares_the_same_prompts_across_engines(tmp_path):
     result = run_module("bench.run", "--out", str(tmp_path), "--only", "eval", "--problems", "7", "--repeats", "1")
     assert result.returncode == 0, result.stderr[-3000:]
+    assert_numprec_console(result)
     evaluation = json.loads((tmp_path / "results.json").read_text())["eval"]
     assert evaluation["problems"] == 7 and evaluation["identical_outputs_of"] == 7
     # greedy fp32 through transformers twice (ours and lm-eval's generate()): the answer lines agree
@@ -27,6 +29,7 @@ def test_eval_section_compares_the_same_prompts_across_engines(tmp_path):
 def test_data_section_measures_every_generator(tmp_path):
     result = run_module("bench.run", "--out", str(tmp_path), "--only", "data", "--repeats", "1")
     assert result.returncode == 0, result.stderr
+    assert_numprec_console(result)
     rows = json.loads((tmp_path / "results.json").read_text())["data"]
     assert [row["task"] for row in rows] == ["add:2 base 10 length 10", "iter_add:3 base 10 length 10"]
     for row in rows:

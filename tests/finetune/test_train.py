@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from tests.console import assert_numprec_console
 from tests.harness.helpers import run_module
 
 TINY = """
@@ -28,6 +29,7 @@ def test_training_lowers_the_loss_and_the_harness_evaluates_the_adapter(tmp_path
     out = tmp_path / "run"
     result = run_module("finetune.train", "--config", str(config), "--out", str(out))
     assert result.returncode == 0, result.stderr[-3000:]
+    assert_numprec_console(result)
     adapter = out / "adapter"
     summary = json.loads((adapter / "train_summary.json").read_text())
     assert summary["steps"] == 6

@@ -1,5 +1,7 @@
 import pytest
 
+from tests.console import assert_numprec_console
+
 from .helpers import run_module
 
 
@@ -31,6 +33,7 @@ def quantized_checkpoint(tmp_path_factory, model_path, method: str, samples: int
         str(out),
     )
     assert result.returncode == 0, result.stderr[-3000:]
+    assert_numprec_console(result)
     return out
 
 

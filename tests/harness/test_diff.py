@@ -1,5 +1,6 @@
 """harness.diff: two run directories' outputs compared problem by problem."""
 
+import csv
 import json
 
 from harness.diff import by_problem, compare, main
@@ -47,3 +48,36 @@ def test_outputs_verdicts_and_other_problems_are_counted(tmp_path):
 def test_runs_of_other_cells_share_no_problem(capsys):
     assert main(["reports/base16-cpu", "reports/quick-greedy-n40-seed0"]) == 0
     assert capsys.readouterr().out.startswith("no problem is in both runs")
+
+
+def test_runs_on_other_machines_say_what_differed(tmp_path, capsys):
+    """The nf4 case of issue 28: the same run on a CPU with AVX-512 and one without. The diff names the instructions
+    and the library versions that differ beside each series' counts; runs on one machine get no such line."""
+    from harness.machine import describe
+    from tests.harness.test_pipeline import run as scripted_run
+
+    first, second = tmp_path / "avx512", tmp_path / "avx2"
+    scripted_run(first)
+    scripted_run(second)
+    here = describe()
+    machine = next(iter(json.loads((first / "run.json").read_text())["machines"]))
+    with open(first / "results.csv", newline="") as handle:
+        assert {row["machine"] for row in csv.DictReader(handle)} == {machine}, "every row names its machine"
+    assert main([str(first), str(second)]) == 0
+    assert "ran differently" not in capsys.readouterr().out, "one machine, one set of libraries"
+
+    meta = json.loads((second / "run.json").read_text())
+    other = {
+        **here,
+        "cpu_flags": [flag for flag in here["cpu_flags"] if not flag.startswith("avx512")] + ["avx2"],
+        "libraries": {**here["libraries"], "bitsandbytes": "0.49.0"},
+    }
+    if "avx512f" not in here["cpu_flags"]:
+        other["cpu_flags"] = [*dict.fromkeys(here["cpu_flags"] + ["avx512f", "avx512_bf16"])]
+    meta["machines"] = {machine: other}
+    (second / "run.json").write_text(json.dumps(meta))
+    assert main([str(first), str(second)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    notes = [line for line in out if line.startswith("  ran differently: CPU instructions: ")]
+    assert len(notes) == 2 and all("bitsandbytes" in line and "vs 0.49.0" in line for line in notes), out
+    assert out[1] == notes[0] and out[0].startswith("smollm2 fp32: "), "beside the series' counts"

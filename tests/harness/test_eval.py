@@ -12,6 +12,7 @@ import matplotlib.image
 
 from harness.results import COLUMNS
 from harness.scoring import RULES
+from tests.console import assert_numprec_console
 from tests.devices import HAS_CUDA
 
 from .helpers import ROOT, assert_user_error, command_env, run_module
@@ -59,6 +60,7 @@ def test_run_directory_holds_every_output(tmp_path):
         str(out),
     )
     assert result.returncode == 0, result.stderr
+    assert_numprec_console(result)
     rows = read_rows(out / "results.csv")
     assert list(rows[0]) == COLUMNS and set(REQUIRED) <= set(COLUMNS)
     assert [(r["precision"], r["task"], r["length"]) for r in rows] == [

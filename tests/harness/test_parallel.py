@@ -3,7 +3,6 @@ Llama: what is tested is the processes' split and merge (the real model answers 
 token budget, ~30 s a process)."""
 
 import csv
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -36,9 +35,9 @@ LAUNCHERS = {
 
 
 @pytest.mark.parametrize("launcher", sorted(LAUNCHERS))
-def test_two_processes_match_one_row_for_row(tmp_path, launcher, tiny_llama):
-    if launcher == "cpu-mpirun" and not shutil.which("mpirun"):
-        pytest.skip("no mpirun: apt-get install openmpi-bin (.ci/run does)")
+def test_two_processes_match_one_row_for_row(tmp_path, launcher, tiny_llama, request):
+    if launcher == "cpu-mpirun":
+        request.getfixturevalue("mpirun")  # skips without Open MPI, unless NUMPREC_REQUIRE_MPI=1
     single, parallel = tmp_path / "single", tmp_path / "parallel"
     grid = [*GRID, "--model-path", str(tiny_llama)]
     result = run_module("harness.eval", *grid, "--out", str(single))

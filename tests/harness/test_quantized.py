@@ -7,7 +7,8 @@ import json
 import pytest
 import torch
 
-from harness.backends import Sampling, cpu_bf16_instructions
+from harness.backends import Sampling
+from harness.machine import cpu_bf16_instructions
 from harness.models import get_model, get_precision
 from harness.problems import Task, generate
 from harness.prompts import user_message

@@ -1,10 +1,13 @@
 """scratch.sweep end to end in worker processes: results, plots, resume, bad configs."""
 
 import csv
+import os
+from pathlib import Path
 
 import matplotlib.image
 
-from tests.harness.helpers import run_module
+from tests.console import assert_numprec_console
+from tests.harness.helpers import assert_user_error, run_module
 
 TINY = """
 tasks:
@@ -25,6 +28,7 @@ def test_sweep_writes_rows_and_plots_and_resumes(tmp_path):
     out = tmp_path / "sweep"
     result = run_module("scratch.sweep", "--config", str(config), "--out", str(out))
     assert result.returncode == 0, result.stderr[-3000:]
+    assert_numprec_console(result)
     with open(out / "results.csv", newline="") as handle:
         rows = list(csv.DictReader(handle))
     native = [r for r in rows if r["eval_format"] == ""]
@@ -45,18 +49,21 @@ def test_sweep_writes_rows_and_plots_and_resumes(tmp_path):
     assert again.returncode == 0 and "8 of 8 cells done" in again.stderr
 
 
-def test_the_cluster_launcher_runs_cells_as_a_submitit_job_array(tmp_path):
-    """launcher: slurm goes through submitit; without Slurm on the machine, submitit runs the array locally."""
+def test_the_cluster_launcher_without_slurm_is_one_line(tmp_path):
+    """launcher: slurm on a machine without Slurm (no sbatch or squeue on the PATH, as on a fresh machine): one line
+    naming the way out, exit 2, nothing written. With Slurm, tests/test_slurm.py runs the job array."""
     config = tmp_path / "cluster.yaml"
     config.write_text(
-        "tasks: [{op: mul, base: 2, lengths: [2]}]\nprecisions: [fp32, bf16-amp]\nseeds: [0]\ndepths: [1]\n"
+        "tasks: [{op: mul, base: 2, lengths: [2]}]\nprecisions: [fp32]\nseeds: [0]\ndepths: [1]\n"
         "train: {n_embd: 32, steps: 10, batch_size: 8, warmup_steps: 2, test_size: 32, eval_every: 5}\n"
         "launcher: slurm\nslurm: {timeout_min: 10}\n"
     )
     out = tmp_path / "sweep"
-    result = run_module("scratch.sweep", "--config", str(config), "--out", str(out))
-    assert result.returncode == 0, result.stderr[-3000:]
-    with open(out / "results.csv", newline="") as handle:
-        rows = list(csv.DictReader(handle))
-    assert sorted(r["precision"] for r in rows) == ["bf16-amp", "fp32"] and {r["task"] for r in rows} == {"mul"}
-    assert (out / "slurm").is_dir()
+    bare = os.pathsep.join(
+        p
+        for p in os.environ["PATH"].split(os.pathsep)
+        if not any((Path(p) / program).exists() for program in ("sbatch", "squeue", "srun"))
+    )
+    result = run_module("scratch.sweep", "--config", str(config), "--out", str(out), env={"PATH": bare})
+    assert_user_error(result, "launcher: slurm needs a Slurm cluster", "launcher: local", "scripts/slurm-local.sh")
+    assert not out.exists()
