@@ -20,7 +20,9 @@ from pathlib import Path
 
 import harness  # noqa: F401  (thread settings before torch loads)
 from harness.backends import Sampling, load_backend
-from harness.cli import BATCH_SIZE, REPEATS, THREADS, ArgParser, UserError, input_path, output_file, run
+from harness.bounds import BATCH_SIZE, REPEATS, THREADS
+from harness.cli import ArgParser, input_path, output_file, run
+from harness.errors import UserError
 from harness.models import get_model, get_precision
 from harness.weights import variant_weights
 

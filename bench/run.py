@@ -41,18 +41,10 @@ from bench.api import api_markdown, bench_api
 from bench.common import log, median, quick_grid_problems
 from bench.decode import bench_decode, decode_markdown
 from bench.train import bench_train, train_markdown
-from harness.cli import (
-    BATCH_SIZE,
-    REPEATS,
-    THREADS,
-    ArgParser,
-    Bound,
-    UserError,
-    command_line,
-    name_list,
-    output_dir,
-    run,
-)
+from harness.bounds import BATCH_SIZE, REPEATS, THREADS, Bound
+from harness.cli import ArgParser, command_line, name_list, output_dir, run
+from harness.errors import UserError
+from harness.files import read_json
 from harness.lock import DirectoryLock
 from harness.problems import generate
 
@@ -402,13 +394,50 @@ def main(argv: Sequence[str] | None = None) -> int:
         lock.release()
 
 
+def read_results_json(path: Path) -> dict:
+    """An earlier run's results.json in --out, whose sections this run keeps: a file that is not one (not JSON or
+    UTF-8, not an object, its run list or a section of the wrong shape, a directory) is one line, and nothing is
+    measured or written over what it holds."""
+    if not path.exists():
+        return {}
+    remedy = "move it away or choose another --out"
+    try:
+        results = read_json(path, "bench.run keeps the sections of an earlier results.json in --out")
+    except UserError as err:
+        raise UserError(f"{err}; {remedy}") from None
+    runs = results.get("runs", [])
+    shapes = {"eval": dict, "eval_gpu": dict, "train": dict, "data": list, "memory": list, "loop": dict, "api": dict}
+    problem = None
+    if not isinstance(runs, list) or not all(
+        isinstance(run, dict) and isinstance(run.get("command"), str) and isinstance(run.get("sections"), list)
+        for run in runs
+    ):
+        problem = "its 'runs' is not a list of runs with a command and sections"
+    elif not runs and not isinstance(results.get("command"), str):
+        problem = "it names no run (no 'runs', no 'command')"
+    elif "machine" in results and not isinstance(results["machine"], dict):
+        problem = "its 'machine' is not an object"
+    else:
+        wrong = [name for name, kind in shapes.items() if name in results and not isinstance(results[name], kind)]
+        problem = f"its section '{wrong[0]}' is not a {shapes[wrong[0]].__name__}" if wrong else None
+    if problem:
+        raise UserError(f"{path} is not a bench.run results file ({problem}); {remedy}")
+    return results
+
+
 def bench(args, sections: list[str], command: str) -> int:
     """Run ``sections`` into args.out (held by main's lock), keeping the sections an earlier run measured there."""
     path = args.out / "results.json"
     # Sections not run this time are kept from an earlier results.json in the same directory.
-    results: dict = json.loads(path.read_text()) if path.exists() else {}
+    results = read_results_json(path)
     runs = results.get("runs") or (
-        [{"command": results["command"], "sections": [k for k in SECTIONS if k in results], "date": results["date"]}]
+        [
+            {
+                "command": results["command"],
+                "sections": [k for k in SECTIONS if k in results],
+                "date": results.get("date"),
+            }
+        ]
         if results
         else []
     )

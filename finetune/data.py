@@ -21,8 +21,10 @@ import json
 from collections.abc import Sequence
 from pathlib import Path
 
-from harness.cli import SAMPLES, SEED, ArgParser, Bound, UserError, name_list, output_dir, run, unique
-from harness.problems import Problem, Task, check_cell, heldout_problems, parse_task
+from harness.bounds import SAMPLES, SEED, Bound, unique
+from harness.cli import ArgParser, name_list, output_dir, run
+from harness.errors import UserError
+from harness.problems import Problem, Task, check_cell_bounds, heldout_problems, parse_task
 from harness.prompts import TEMPLATE_FOR_TASK, user_message
 
 LENGTHS = range(1, 10)
@@ -33,7 +35,7 @@ SCALE = Bound(above=0, high=10, why="10 x the paper's 60,000 samples per task", 
 def check_task(task: Task, base: int = 10) -> Task:
     """Every length of the fine-tuning set must be a valid cell of the task (mul:trunc=L needs L <= 2n)."""
     for length in LENGTHS:
-        check_cell(base, length, task)
+        check_cell_bounds(base, length, task)
     return task
 
 

@@ -27,28 +27,13 @@ from typing import Annotated, Literal
 from pydantic import AfterValidator, model_validator
 
 from finetune.data import SCALE, check_task
-from harness.cli import (
-    BATCH_SIZE,
-    LEARNING_RATE,
-    PROBABILITY,
-    SEED,
-    STEPS,
-    WEIGHT_DECAY,
-    ArgParser,
-    Bound,
-    UserError,
-    command_line,
-    input_path,
-    one_line,
-    output_dir,
-    read_json,
-    run,
-    unique,
-)
+from harness.bounds import BATCH_SIZE, LEARNING_RATE, PROBABILITY, SEED, STEPS, WEIGHT_DECAY, Bound, unique
+from harness.cli import ArgParser, command_line, input_path, output_dir, run
 from harness.config import StrictModel, load_yaml_model
+from harness.errors import UserError, one_line
+from harness.files import follow_umask, read_json
 from harness.lock import DirectoryLock
 from harness.machine import describe
-from harness.results import follow_umask
 
 # A tiny model is for tests and smoke runs; real models come from the registry or model_path.
 WIDTH = Annotated[int, Bound(1, 4096, "a tiny model; give a real one as model or model_path").field]

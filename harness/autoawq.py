@@ -22,8 +22,8 @@ import os
 import shutil
 from pathlib import Path
 
-from harness.cli import UserError
-from harness.results import follow_umask
+from harness.errors import UserError
+from harness.files import follow_umask
 
 GPTQMODEL_HINT = "pip install -e '.[awq]' (gptqmodel 7.6.0; bash scripts/setup.sh installs it)"
 

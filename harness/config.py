@@ -11,9 +11,10 @@ from typing import Annotated, Any, Literal, TypeVar, get_args, get_origin
 import yaml
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, TypeAdapter, ValidationError
 
-from harness.cli import BATCH_SIZE, SAMPLES, SEED, TENSOR_PARALLEL, Bound, UserError, parse_int_list, unique
+from harness.bounds import BATCH_SIZE, SAMPLES, SEED, TENSOR_PARALLEL, Bound, parse_int_list, unique
+from harness.errors import UserError
 from harness.models import get_model, precision_registry
-from harness.problems import BASE, Task, check_cell, parse_task
+from harness.problems import BASE, Task, check_cell_bounds, parse_task
 from harness.prompts import prompt_deviations
 
 DEFAULT_RUNS = Path("runs") / "eval"  # relative to the working directory; runs/ is in .gitignore
@@ -389,7 +390,7 @@ def build_spec(
     )
     for task, task_lengths in spec.grid:
         for length in task_lengths:
-            check_cell(spec.base, length, task)
+            check_cell_bounds(spec.base, length, task)
     served = [name for name in spec.models if get_model(name).source.get("kind") == "endpoint"]
     if served and len(served) < len(spec.models):
         raise UserError(f"{served[0]} is a served model: evaluate served and local models in separate runs")

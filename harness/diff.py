@@ -17,32 +17,27 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from harness.cli import ArgParser, UserError, input_path, read_json, run
-from harness.evidence import read_sample
+from harness.cli import ArgParser, input_path, run
+from harness.errors import UserError
+from harness.files import read_json
 from harness.machine import differences
-from harness.results import CellKey, read_results
+from harness.results import CellKey, read_results, read_samples_file
 
 
 def by_problem(directory: Path) -> dict[tuple[CellKey, int], dict]:
-    """The samples of a run directory by (cell, index); a file harness.eval did not write is one UserError."""
+    """The samples of a run directory by (cell, index); a file harness.eval did not write, or one with damaged lines
+    (harness/results.py's reader says which), is one UserError."""
     path = directory / "samples.jsonl"
     if not path.is_file():
         raise UserError(f"{directory} has no samples.jsonl; pass run directories written by harness.eval")
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except UnicodeDecodeError:
-        raise UserError(f"{path} is not UTF-8 text; pass run directories written by harness.eval") from None
-    except OSError as err:
-        raise UserError(f"cannot read {path}: {err.strerror}") from None
-    samples = {}
-    for number, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        sample, problem = read_sample(line)
-        if problem:
-            raise UserError(f"{path} line {number}: {problem}; it was not written by harness.eval")
-        samples[(CellKey.of(sample), sample["index"])] = sample
-    return samples
+    found = read_samples_file(path)
+    if found.damaged:
+        number, problem, _ = found.damaged[0]
+        raise UserError(
+            f"{path} line {number}: {problem}; it was not written by harness.eval as it is (python -m harness.rescore "
+            f"{directory} says what is damaged and keeps the rest)"
+        )
+    return {(CellKey.of(sample), sample["index"]): sample for sample in found.samples}
 
 
 def same_output(a: dict, b: dict) -> bool:

@@ -22,17 +22,9 @@ from tqdm import tqdm
 
 from harness.backends import Sampling, backend_for, row_seeds
 from harness.backends.api import Endpoint
-from harness.cli import (
-    ArgParser,
-    UserError,
-    input_path,
-    int_list,
-    name_list,
-    output_dir,
-    run,
-    utf8,
-)
+from harness.cli import ArgParser, input_path, int_list, name_list, output_dir, run, utf8
 from harness.config import SETTINGS, RunSpec, add_setting_flags, build_spec, load_config
+from harness.errors import UserError
 from harness.evidence import sample_digest
 from harness.machine import describe
 from harness.models import ModelSpec, PrecisionSpec, get_model, get_precision
@@ -40,7 +32,8 @@ from harness.parallel import Processes
 from harness.problems import DIGITS, Task, generate
 from harness.prompts import TEMPLATE_FOR_TASK, user_message
 from harness.report import write_reports
-from harness.results import CellResult, RunDir, cell_key
+from harness.results import CellResult, cell_key
+from harness.rundir import RunDir
 from harness.scoring import extract, is_correct, wilson_interval
 from harness.weights import (
     check_adapter_dir,
@@ -454,9 +447,9 @@ def evaluate(spec: RunSpec, command: str, load=load_variant) -> RunDir | None:
                     f"n={row.length:<3} {row.correct:>4}/{row.n:<4} = {row.accuracy:.3f} "
                     f"[{row.ci_low:.3f}, {row.ci_high:.3f}]  ({row.tokens_per_s:.0f} tok/s)"
                 )
-            write_reports(run_dir.path, run_dir.rows, commands)
+            write_reports(run_dir.path, run_dir.rows, commands, run_dir.samples)
         if run_dir is not None:
-            write_reports(run_dir.path, run_dir.rows, commands)
+            write_reports(run_dir.path, run_dir.rows, commands, run_dir.samples)
     finally:
         progress.close()
         if run_dir is not None:

@@ -7,7 +7,8 @@ the model's output, the answer read from it and the verdict). On resume (harness
 - its samples are n valid records, indices 0 .. n-1, each of its own cell (a sample moved from another cell is not);
 - each is its cell's problem: the problem regenerated from the run's seed has the same expression and gold answer;
 - each sample's evidence (problem, prompt, output, gold) still has the digest written with it: an output rewritten
-  by hand no longer matches (samples from before digests were written carry none and are read as they are);
+  by hand no longer matches, and a sample whose digest was removed counts as edited (a run written before digests
+  were, where no sample has one, is read as it is and given digests by the next command that opens it);
 - each verdict is read again from the output by the current scorer (harness/scoring.py);
 - the row is recomputed from the verdicts: correct, unreadable answers, accuracy and its Wilson interval.
 
@@ -24,26 +25,9 @@ import math
 from dataclasses import dataclass, replace
 
 from harness.problems import Task, generate
-from harness.results import CellKey, CellResult
+from harness.results import CellResult, Sample
 from harness.scoring import extract, is_correct, wilson_interval
 
-# A sample's fields and their types; anything else on a line makes it invalid.
-SAMPLE_FIELDS = {
-    "model": str,
-    "precision": str,
-    "adapter": str,
-    "task": str,
-    "operands": int,
-    "base": int,
-    "length": int,
-    "index": int,
-    "expression": str,
-    "prompt": str,
-    "output": str,
-    "rule": str,
-    "gold": str,
-    "correct": bool,
-}
 # What the digest covers: the evidence, not what is derived from it (extracted, rule, correct are read again).
 EVIDENCE = ("model", "precision", "adapter", "task", "operands", "truncate", "base", "length", "index")
 EVIDENCE += ("expression", "prompt", "output", "gold")
@@ -53,40 +37,6 @@ def sample_digest(sample: dict) -> str:
     """16 hex digits of SHA-256 over the sample's evidence fields, canonical JSON."""
     text = json.dumps({name: sample.get(name) for name in EVIDENCE}, sort_keys=True, ensure_ascii=False)
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
-
-
-def parse_sample(line: str) -> dict | None:
-    """A samples.jsonl line as a sample, or None when it is not one (see sample_problem)."""
-    record, problem = read_sample(line)
-    return None if problem else record
-
-
-def read_sample(line: str) -> tuple[dict | None, str | None]:
-    """(the sample on a samples.jsonl line, None) or (None, why it is none: bad JSON, nesting past any sample's,
-    a field missing or of the wrong type)."""
-    try:
-        record = json.loads(line)
-    except (ValueError, RecursionError):
-        return None, "not a JSON sample"
-    if not isinstance(record, dict):
-        return None, "not a JSON sample"
-    for name, kind in SAMPLE_FIELDS.items():
-        if name not in record:
-            return None, f"no '{name}'"
-        value = record[name]
-        if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
-            return None, f"'{name}' is {type(value).__name__}, not {kind.__name__}"
-    if record.get("extracted") is not None and not isinstance(record["extracted"], str):
-        return None, "'extracted' is not text"
-    if not isinstance(record.get("truncate", ""), (str, int)) or isinstance(record.get("truncate"), bool):
-        return None, "'truncate' is not a number"
-    if "digest" in record and not isinstance(record["digest"], str):
-        return None, "'digest' is not text"
-    try:
-        CellKey.of(record)
-    except (TypeError, ValueError, KeyError, OverflowError):
-        return None, "its cell's fields do not name a cell"
-    return record, None
 
 
 @dataclass
@@ -99,8 +49,9 @@ class CellCheck:
     readings_changed: int  # answers read differently (a reading can change without its verdict)
 
 
-def check_cell(row: CellResult, samples: dict[int, dict]) -> CellCheck:
-    """``row`` against ``samples`` (index -> sample) as the module docstring says."""
+def check_cell_evidence(row: CellResult, samples: dict[int, Sample], digests: bool = True) -> CellCheck:
+    """``row`` against ``samples`` (index -> sample) as the module docstring says. ``digests``: the run's samples
+    carry digests, so one without is an edited one (False only for runs written before digests were)."""
     found = [samples[i] for i in sorted(samples)]
     if set(samples) != set(range(row.n)):
         missing = row.n - len(set(samples) & set(range(row.n)))
@@ -111,8 +62,9 @@ def check_cell(row: CellResult, samples: dict[int, dict]) -> CellCheck:
         if (sample["expression"], sample["gold"]) != (problem.expression, problem.answer):
             why = f"sample {sample['index']} ({sample['expression']}) is not its problem {problem.expression}"
             return CellCheck("untrusted", why, row, found, [], 0)
-        if "digest" in sample and sample["digest"] != sample_digest(sample):
-            why = f"sample {sample['index']} was edited (its digest differs)"
+        if ("digest" in sample or digests) and sample.get("digest") != sample_digest(sample):
+            change = "its digest differs" if "digest" in sample else "its digest was removed"
+            why = f"sample {sample['index']} was edited ({change})"
             return CellCheck("untrusted", why, row, found, [], 0)
     rescored, changed, readings, no_answer = [], [], 0, 0
     for sample in found:

@@ -12,7 +12,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from harness.cli import UserError
+from harness.errors import UserError
 from harness.quiet import silence_llama_cpp
 
 GGUF_VERSION = "v1"  # bump when the way variants are made changes

@@ -18,7 +18,7 @@ import socket
 import time
 from pathlib import Path
 
-from harness.cli import UserError
+from harness.errors import UserError
 
 NOTE = ".numprec-writer.json"
 

@@ -10,7 +10,7 @@ from importlib import resources
 
 import yaml
 
-from harness.cli import UserError
+from harness.errors import UserError
 
 # The W4A16 precision each calibration method makes (harness.quantize --method METHOD).
 W4_PRECISIONS = {"gptq": "gptq-w4", "awq": "awq-w4"}

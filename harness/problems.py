@@ -24,7 +24,10 @@ from pathlib import Path
 
 import numpy as np
 
-from harness.cli import SEED, ArgParser, Bound, UserError, output_file, run
+from harness.bounds import SEED, Bound
+from harness.cli import ArgParser, output_file, run
+from harness.errors import UserError
+from harness.files import atomic_write_text
 
 DIGITS = "0123456789abcdefghijklmnopqrstuvwxyz"
 MIN_BASE, MAX_BASE = 2, len(DIGITS)
@@ -123,7 +126,8 @@ def to_base(value: int, base: int) -> str:
     return "".join(reversed(digits))
 
 
-def check_cell(base: int, length: int, task: Task | None = None) -> None:
+def check_cell_bounds(base: int, length: int, task: Task | None = None) -> None:
+    """A cell numprec can draw: base and length in range, a truncation no longer than the product."""
     BASE.check(base, "base")
     LENGTH.check(length, "length")
     if task is not None and task.truncate is not None and task.truncate > 2 * length:
@@ -147,7 +151,7 @@ def cell_rng(seed: int, task: Task, base: int, length: int, stream: str = "eval"
 
 def draw_digits(seed: int, task: Task, base: int, length: int, count: int, stream: str = "eval") -> np.ndarray:
     """Uniform digits of shape (count, operands, length), most significant first (Alg. get_data)."""
-    check_cell(base, length, task)
+    check_cell_bounds(base, length, task)
     COUNT.check(count, "count")
     if count * task.operands * length > MAX_DIGITS_DRAWN:
         raise UserError(
@@ -195,8 +199,6 @@ def generate(
 
 
 def write_jsonl(problems: Sequence[Problem], path: Path) -> None:
-    from harness.results import atomic_write_text
-
     atomic_write_text(path, "".join(json.dumps(p.to_dict()) + "\n" for p in problems))
 
 

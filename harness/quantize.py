@@ -20,8 +20,10 @@ so the checkpoint written there loads back here (``pyproject.toml``, ``scripts/s
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -30,12 +32,14 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from harness.autoawq import require_gptqmodel
-from harness.cli import SEED, ArgParser, Bound, UserError, command_line, input_path, output_dir, run
+from harness.bounds import SEED, Bound
+from harness.cli import ArgParser, command_line, input_path, output_dir, run
+from harness.errors import UserError
+from harness.files import follow_umask
 from harness.lock import DirectoryLock
 from harness.models import W4_PRECISIONS, ModelSpec, get_model, get_precision
 from harness.problems import heldout_problems, parse_task
 from harness.prompts import user_message
-from harness.results import follow_umask
 from harness.weights import check_unquantized, quantized_dir, resolve_weights
 
 QUANTIZE_ENV = Path(__file__).resolve().parent.parent / ".venv-quantize"
@@ -108,6 +112,38 @@ def calibration_dtype() -> str:
     return "bfloat16" if torch.accelerator.is_available() or cpu_bf16_instructions() else "float32"
 
 
+@contextlib.contextmanager
+def calibration_progress(description: str):
+    """numprec's own bar over llm-compressor's calibration: its pipeline opens a tqdm bar per layer group, described
+    "(i/n): Calibrating"; while calibrating, every bar other libraries open is off (unless --verbose) and such a
+    description moves this one to i of n."""
+    import tqdm as tqdm_module
+
+    from harness.quiet import verbose
+
+    if verbose():
+        yield
+        return
+    own = tqdm_module.tqdm(total=None, desc=description, unit="layer group", file=sys.stderr, disable=False)
+    original = tqdm_module.tqdm.__init__
+
+    def quiet_init(bar, *args, **kwargs):
+        match = re.match(r"\((\d+)/(\d+)\): Calibrating", str(kwargs.get("desc", "")))
+        if match:
+            own.total = int(match[2])
+            own.update(int(match[1]) - 1 - own.n)
+        original(bar, *args, **{**kwargs, "disable": True})
+
+    tqdm_module.tqdm.__init__ = quiet_init
+    try:
+        yield
+        if own.total:
+            own.update(own.total - own.n)
+    finally:
+        tqdm_module.tqdm.__init__ = original
+        own.close()
+
+
 def quantize(
     model_name: str,
     method: str,
@@ -134,18 +170,19 @@ def quantize(
     if method == "awq":
         cpu_pinned_memory_workaround()
     started = time.perf_counter()
-    oneshot(
-        model=network,
-        dataset=dataset,
-        recipe=recipe(method, bits, group_size),
-        max_seq_length=max(len(ids) for ids in dataset["input_ids"]),
-        num_calibration_samples=len(texts),
-    )
-    seconds = time.perf_counter() - started
-    network.to(torch.bfloat16)  # the checkpoint's dtype (scales, embedding), whatever the calibration ran in
-    staging = out.with_name(out.name + ".partial")
-    shutil.rmtree(staging, ignore_errors=True)
-    network.save_pretrained(staging, save_compressed=True)
+    with calibration_progress(f"calibrating {model_name} ({method})"):
+        oneshot(
+            model=network,
+            dataset=dataset,
+            recipe=recipe(method, bits, group_size),
+            max_seq_length=max(len(ids) for ids in dataset["input_ids"]),
+            num_calibration_samples=len(texts),
+        )
+        seconds = time.perf_counter() - started
+        network.to(torch.bfloat16)  # the checkpoint's dtype (scales, embedding), whatever the calibration ran in
+        staging = out.with_name(out.name + ".partial")
+        shutil.rmtree(staging, ignore_errors=True)
+        network.save_pretrained(staging, save_compressed=True)
     tokenizer.save_pretrained(staging)
     info = {
         "model": model_name,
@@ -166,6 +203,23 @@ def quantize(
         shutil.rmtree(out)
     os.replace(staging, out)
     return info
+
+
+def check_checkpoint_out(out: Path) -> None:
+    """The checkpoint directory is replaced whole when it is done: --out must be a new or empty directory, or a
+    checkpoint harness.quantize wrote (numprec_quantize.json beside its weights), never a directory of anything else,
+    and never the working directory or one holding it."""
+    resolved, here = out.resolve(), Path.cwd().resolve()
+    if resolved == here or resolved in here.parents:
+        raise UserError(
+            f"--out {out} is the working directory (or holds it), which the checkpoint would replace; give a new "
+            "directory's name (e.g. runs/smollm2-awq)"
+        )
+    if out.is_dir() and any(out.iterdir()) and not (out / "numprec_quantize.json").is_file():
+        raise UserError(
+            f"--out {out} holds files that are not a checkpoint harness.quantize wrote, and the checkpoint replaces "
+            "the directory whole; give a new directory's name"
+        )
 
 
 def check_group_size(model: ModelSpec, group_size: int, model_path: str | None = None) -> None:
@@ -242,6 +296,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         check_unquantized(model_path)
     check_group_size(model, group_size, model_path)
     out = args.out or quantized_dir(model, precision)
+    check_checkpoint_out(out)
     if args.out is None and group_size != precision.group_size:
         raise UserError(
             f"--group-size {group_size} differs from {args.model}'s registered {precision.name} "

@@ -13,7 +13,7 @@ INFO). Each is silenced at its source before anything heavy is imported (``harne
   and log lines of libraries without handlers of their own go nowhere; torch's, torchao's and bitsandbytes'
   loggers are set to ERROR;
 - warnings raised from outside numprec's packages are ignored;
-- GPT-QModel's LogBar logger, made before gptqmodel is imported, keeps the level ERROR;
+- GPT-QModel's LogBar logger is imported with stdout held back and set to ERROR when gptqmodel imports it;
 - llama.cpp's C log goes to a callback that drops it (``silence_llama_cpp``).
 
 ``--verbose`` on any command, or ``NUMPREC_VERBOSE=1`` in the environment, leaves all of it on (processes a
@@ -22,7 +22,11 @@ command starts inherit the variable).
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
+import importlib.abc
+import importlib.util
+import io
 import logging
 import os
 import sys
@@ -38,6 +42,8 @@ SWITCHES = {
     "HF_DATASETS_DISABLE_PROGRESS_BARS": "1",
     "TQDM_DISABLE": "1",
     "TORCH_CPP_LOG_LEVEL": "ERROR",
+    "TORCH_LOGS": "-all",  # torch's own loggers at ERROR (it resets their levels when it is imported)
+    "LLM_COMPRESSOR_LOG_LEVEL": "ERROR",  # llm-compressor logs through loguru, past Python's logging
     "BITSANDBYTES_NOWELCOME": "1",
 }
 LOUD_LOGGERS = ("torch", "torch.utils._pytree", "torchao", "bitsandbytes", "gptqmodel", "tokenicer", "gguf")
@@ -73,11 +79,37 @@ def silence_libraries() -> None:
         logging.getLogger(name).setLevel(logging.ERROR)
     # module is a regular expression matched at the start of the module a warning is attributed to
     warnings.filterwarnings("ignore", module=rf"(?!(?:{'|'.join(OWN_PACKAGES)})(?:\.|$))")
-    try:
-        from logbar import LogBar  # GPT-QModel's logger; a shared instance made now keeps this level
-    except ImportError:
-        return
-    LogBar.shared().setLevel(logging.ERROR)
+    if "logbar" in sys.modules:
+        _quiet_logbar(sys.modules["logbar"])
+    elif not any(isinstance(finder, _QuietLogbar) for finder in sys.meta_path):
+        sys.meta_path.insert(0, _QuietLogbar())
+
+
+def _quiet_logbar(logbar) -> None:
+    logbar.LogBar.shared().setLevel(logging.ERROR)
+
+
+class _QuietLogbar(importlib.abc.MetaPathFinder):
+    """GPT-QModel's logger, LogBar, writes a newline to stdout when it is imported and logs its banner and notices at
+    INFO: imported (by gptqmodel, when transformers loads an AWQ/GPTQ checkpoint) with stdout held back, its shared
+    logger set to ERROR. Commands that never import it pay nothing."""
+
+    def find_spec(self, name, path, target=None):
+        if name != "logbar":
+            return None
+        sys.meta_path.remove(self)
+        spec = importlib.util.find_spec(name)
+        if spec is None or spec.loader is None:
+            return spec
+        execute = spec.loader.exec_module
+
+        def exec_module(module) -> None:
+            with contextlib.redirect_stdout(io.StringIO()):
+                execute(module)
+                _quiet_logbar(module)
+
+        spec.loader.exec_module = exec_module
+        return spec
 
 
 _LOG_CALLBACK = None  # kept alive: llama.cpp holds a pointer to it

@@ -6,7 +6,6 @@ All are regenerated after every finished cell, so they always describe exactly t
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from functools import cache
 from importlib import resources
@@ -17,9 +16,10 @@ import yaml
 from harness.anatomy import AnatomyRow, anatomy_csv, anatomy_markdown, anatomy_plot_png, anatomy_rows
 from harness.compare import Comparison, comparisons_csv, comparisons_markdown, paired_comparisons
 from harness.figures import accuracy_axes, figure_png
+from harness.files import atomic_write_bytes, atomic_write_text
 from harness.problems import parse_task
 from harness.prompts import prompt_deviations
-from harness.results import CellKey, CellResult, atomic_write_bytes, atomic_write_text
+from harness.results import CellKey, CellResult, Sample
 
 BASE_10_ONLY = 10  # the paper's reference table is base 10
 MARKERS = "osD^vP*X"
@@ -33,13 +33,6 @@ def task_label(record) -> str:
 def series_label(record) -> str:
     """'model precision [+adapter]' of a results row or a sample."""
     return CellKey.of(record).series
-
-
-def read_samples(path: Path) -> list[dict]:
-    """The samples of a run directory (checked whole on resume by RunDir)."""
-    if not path.exists():
-        return []
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
 
 
 @cache
@@ -224,12 +217,8 @@ def accuracy_plot_png(rows: Sequence[CellResult]) -> bytes:
     return figure_png(fig)
 
 
-def write_reports(
-    out: Path, rows: Sequence[CellResult], commands: Sequence[str], samples: Sequence[dict] | None = None
-) -> None:
-    """Every report of a run directory; ``samples`` are read from samples.jsonl unless the caller holds them."""
-    if samples is None:
-        samples = read_samples(out / "samples.jsonl")
+def write_reports(out: Path, rows: Sequence[CellResult], commands: Sequence[str], samples: Sequence[Sample]) -> None:
+    """Every report of a run directory, from its rows and the samples of its finished cells (RunDir.samples)."""
     comparisons = paired_comparisons(samples, series_label, task_label)
     anatomy = anatomy_rows(samples, series_label, task_label)
     atomic_write_text(out / "comparisons.csv", comparisons_csv(comparisons))

@@ -12,12 +12,31 @@ directory is locked as harness.eval locks it.
 
 from __future__ import annotations
 
+import shlex
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
-from harness.cli import ArgParser, UserError, command_line, input_path, read_json, run
+from harness.cli import ArgParser, command_line, input_path, run
+from harness.errors import UserError
+from harness.files import read_json
 from harness.report import write_reports
-from harness.results import RunDir
+from harness.rundir import RunDir
+
+
+def eval_into(command: str, directory: Path) -> str:
+    """A recorded harness.eval command, writing into ``directory``: the run may have been moved or copied since, and
+    its recorded --out names another place."""
+    words = shlex.split(command)
+    kept, skip = [], False
+    for word in words:
+        if skip:
+            skip = False
+        elif word == "--out":
+            skip = True
+        elif not word.startswith("--out="):
+            kept.append(word)
+    return shlex.join([*kept, "--out", str(directory)])
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -35,7 +54,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         for repair in run_dir.repairs:
             print(f"rescored {args.run}: {repair}", file=sys.stderr)
-        write_reports(run_dir.path, run_dir.rows, run_dir.commands())
+        write_reports(run_dir.path, run_dir.rows, run_dir.commands(), run_dir.samples)
         evals = [command for command in run_dir.commands() if command.startswith("python -m harness.eval")]
     finally:
         run_dir.close()
@@ -43,13 +62,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     readings = sum(check.readings_changed for check in run_dir.checks)
     for line in changes:
         print(line)
-    total = sum(row.n for row in run_dir.rows)
+    total = sum(check.row.n for check in run_dir.checks if check.status != "untrusted")
     print(
         f"rescored {total} answers in {args.run}: {len(changes)} verdict(s) changed, "
         f"{readings} answer(s) read differently"
     )
     if run_dir.untrusted:
-        again = evals[-1] if evals else "the harness.eval command that made it"
+        again = (
+            eval_into(evals[-1], args.run) if evals else f"the harness.eval command that made it, with --out {args.run}"
+        )
         print(
             f"not re-scored, kept as they were: {len(run_dir.untrusted)} cell(s) whose samples are missing or damaged "
             f"({'; '.join(run_dir.untrusted[:3])}{' ...' if len(run_dir.untrusted) > 3 else ''}); "

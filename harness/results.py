@@ -1,28 +1,24 @@
-"""One results schema and the run directory that holds it.
+"""One results schema: a results row (``CellResult``, one per finished cell of results.csv), the key of a cell
+(``CellKey``), and a sample (``Sample``, one per problem of samples.jsonl), with the one reader of each file kind.
 
-A run directory holds ``results.csv`` (one row per finished cell), ``samples.jsonl`` (one line per
-problem of a finished cell), ``summary.md``, ``accuracy_vs_length.png`` and ``run.json`` (how it was
-produced). A cell is the unit of resume: it is either absent or complete. Every file is replaced
-atomically (write a temporary file, fsync, rename), so Ctrl-C or kill -9 at any moment leaves each
-file either as it was or with the whole new cell, never half-written.
+A row or a sample read back from disk is evidence, not truth: a row that names no cell harness.eval could have
+computed, or a sample line that is not a sample (cut short, garbage, not UTF-8, a number JSON cannot carry, nested
+past any record, a field missing or of the wrong type, a cell out of range), is counted as damaged and set aside,
+never read as if it were whole. harness/rundir.py decides what a run directory does with them.
 """
 
 from __future__ import annotations
 
 import csv
 import io
-import json
-import os
-import socket
-import tempfile
-import time
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
+from typing import TypedDict
 
-from harness.cli import UserError
-from harness.lock import DirectoryLock
-from harness.machine import library_versions, machine_id
+from harness.errors import UserError
+from harness.files import parse_json_line, read_csv_rows, read_lines
+from harness.problems import Task, check_cell_bounds
 
 
 @dataclass
@@ -144,42 +140,6 @@ def cell_key(model, precision, adapter, task, operands, truncate, base, length) 
     )
 
 
-def atomic_write_text(path: Path, text: str) -> None:
-    atomic_write_bytes(path, text.encode("utf-8"))
-
-
-def atomic_write_bytes(path: Path, data: bytes) -> None:
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        # mkstemp makes the file 0600; results are meant to be shared as the user's umask allows, like open() does
-        os.fchmod(fd, 0o666 & ~_umask())
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-def follow_umask(path: Path) -> None:
-    """Give ``path`` (a file, or a directory and everything under it) the modes the user's umask allows. safetensors
-    writes its files 0600 whatever the umask; weights are results like any other, to be shared as the user set."""
-    path = Path(path)
-    mask = _umask()
-    for item in [path, *path.rglob("*")] if path.is_dir() else [path]:
-        if not item.is_symlink():
-            os.chmod(item, (0o777 if item.is_dir() else 0o666) & ~mask)
-
-
-def _umask() -> int:
-    current = os.umask(0o022)  # reading the umask means setting it: put it straight back
-    os.umask(current)
-    return current
-
-
 def _parse_row(row: dict[str, str]) -> CellResult:
     """A results row, or ValueError/TypeError when a value is of the wrong type or names no possible cell."""
     values: dict = {}
@@ -204,278 +164,149 @@ def _parse_row(row: dict[str, str]) -> CellResult:
 
 def _check_cell_of(row: CellResult) -> None:
     """A row must name a cell harness.eval could have computed (a task, base, length and n in range)."""
-    from harness.problems import Task, check_cell
-
     try:
         task = Task(row.task, row.operands, int(row.truncate) if str(row.truncate).strip() else None)
-        check_cell(row.base, row.length, task)
+        check_cell_bounds(row.base, row.length, task)
     except UserError as err:
         raise ValueError(str(err)) from None
     if not 1 <= row.n <= 1_000_000 or not 0 <= row.correct <= row.n:
         raise ValueError(f"n {row.n}, correct {row.correct}")
 
 
-def read_results(path: Path) -> tuple[list[CellResult], int]:
-    """The rows of a results file, and how many damaged rows (cut short, a value of the wrong type) were left out:
-    such a row's cell simply counts as not finished."""
-    if not path.exists():
-        return [], 0
-    _check_file(path)
-    try:
-        with open(path, newline="", encoding="utf-8") as handle:
-            reader = csv.DictReader(handle)
-            missing = set(COLUMNS) - set(reader.fieldnames or []) - LATER_COLUMNS
-            if missing:
-                raise UserError(
-                    f"{path} is not a numprec results file (missing {', '.join(sorted(missing))}); choose another --out"
-                )
-            rows, damaged = [], 0
-            for record in reader:
-                try:
-                    rows.append(_parse_row(record))
-                except (TypeError, ValueError):
-                    damaged += 1
-            return rows, damaged
-    except UnicodeDecodeError:
-        raise UserError(
-            f"{path} is not UTF-8 text; remove it to recompute its cells, or choose another --out"
-        ) from None
-    except csv.Error as err:
-        raise UserError(
-            f"{path} is not a CSV file numprec can read ({err}); remove it, or choose another --out"
-        ) from None
-    except OSError as err:
-        raise UserError(f"cannot read {path}: {err.strerror}; fix its permissions, or choose another --out") from None
+def read_results(path: Path) -> tuple[list[CellResult], list[str]]:
+    """The rows of a results file, and its damaged rows (cut short, a value of the wrong type, a cell out of range) as
+    CSV lines under the file's header: such a row's cell counts as not finished, and a command that cannot compute it
+    again keeps the line as it was."""
+    return read_csv_rows(path, set(COLUMNS) - LATER_COLUMNS, _parse_row, "a numprec results file")
 
 
-def _check_file(path: Path) -> None:
-    """A run directory's file must be a regular file (not a directory or a device) before it is read or replaced."""
-    if path.exists() and not path.is_file():
-        raise UserError(
-            f"{path} is not a regular file (a directory stands there?); move it away, or choose another --out"
-        )
-
-
-def _read_text(path: Path) -> str:
-    """A run file's text; undecodable bytes become U+FFFD (the lines holding them are then invalid, not fatal)."""
-    _check_file(path)
-    try:
-        return path.read_text(encoding="utf-8", errors="replace")
-    except OSError as err:
-        raise UserError(f"cannot read {path}: {err.strerror}; fix its permissions, or choose another --out") from None
-
-
-def csv_text(rows: Iterable, columns: list[str], decimals: dict[str, int]) -> str:
-    """Dataclass rows as CSV text under a header of ``columns``, the named float columns rounded to their number
-    of decimals."""
+def csv_text(rows: Iterable, columns: list[str], decimals: dict[str, int], header: bool = True) -> str:
+    """Dataclass rows as CSV text under a header of ``columns`` (none with ``header=False``: lines to append), the
+    named float columns rounded to their number of decimals."""
     buffer = io.StringIO()
     writer = csv.DictWriter(buffer, fieldnames=columns, lineterminator="\n")
-    writer.writeheader()
+    if header:
+        writer.writeheader()
     for row in rows:
         record = asdict(row)
         writer.writerow({**record, **{name: f"{record[name]:.{places}f}" for name, places in decimals.items()}})
     return buffer.getvalue()
 
 
-def results_csv_text(rows: Iterable[CellResult]) -> str:
-    decimals = {"accuracy": 4, "ci_low": 4, "ci_high": 4, "wall_s": 1, "tokens_per_s": 1, "footprint_mb": 1}
-    return csv_text(rows, COLUMNS, decimals)
+RESULT_DECIMALS = {"accuracy": 4, "ci_low": 4, "ci_high": 4, "wall_s": 1, "tokens_per_s": 1, "footprint_mb": 1}
 
 
-# Every file a run directory holds (harness/report.py writes the last five from the first two).
-OUTPUT_FILES = ("results.csv", "samples.jsonl", "run.json", "summary.md", "accuracy_vs_length.png")
-OUTPUT_FILES += ("comparisons.csv", "anatomy.csv", "error_anatomy.png")
+def results_csv_text(rows: Iterable[CellResult], header: bool = True) -> str:
+    return csv_text(rows, COLUMNS, RESULT_DECIMALS, header)
 
 
-class RunDir:
-    """The files of one run and the cells already finished in it."""
+class Sample(TypedDict, total=False):
+    """One problem of a finished cell, a line of samples.jsonl: the cell's key, the problem, the prompt, the model's
+    output, the answer read from it, the rule that read it, the gold answer and the verdict; ``digest`` covers the
+    evidence (harness/evidence.py)."""
 
-    # Fields that must agree for two invocations to share a directory: rows would not be comparable otherwise.
-    IDENTITY = ("samples", "seed", "decoding")
+    model: str
+    precision: str
+    adapter: str
+    task: str
+    operands: int
+    truncate: int | str
+    base: int
+    length: int
+    index: int
+    expression: str
+    prompt: str
+    output: str
+    extracted: str | None
+    rule: str
+    gold: str
+    correct: bool
+    digest: str
 
-    def __init__(self, path: Path, identity: dict, command: str, spec: dict, recompute: bool = True):
-        """Lock the directory, check what it holds (``recompute``: may drop cells to compute them again; False for
-        a command that cannot, which keeps them and lists them in ``untrusted``) and record this invocation."""
-        self.path = Path(path)
-        self._lock = DirectoryLock(self.path, command)
-        try:
-            self._open(identity, command, spec, recompute)
-        except BaseException:
-            self._lock.release()
-            raise
 
-    def _open(self, identity: dict, command: str, spec: dict, recompute: bool) -> None:
-        # A kill during an atomic write leaves its temporary file; with the lock held no writer is mid-write.
-        for stray in self.path.glob(".*.tmp"):
-            stray.unlink(missing_ok=True)
-        self.results_path = self.path / "results.csv"
-        self.samples_path = self.path / "samples.jsonl"
-        self.meta_path = self.path / "run.json"
-        for name in OUTPUT_FILES:  # each is replaced whole later: a directory in its place stops the run now
-            _check_file(self.path / name)
-        self._meta()  # the directory's record first: a damaged one is said as such, whatever else is there
-        self.repairs: list[str] = []  # what resuming found damaged and set right, for the user to read
-        rows, damaged = read_results(self.results_path)
-        if damaged:
-            self.repairs.append(f"{damaged} damaged row(s) of results.csv left out")
-        self._check_identity(identity, rows)
-        self.rows = rows
-        self._reconcile_samples(recompute)
-        history = self._meta().get("invocations", [])
-        # pid, host and start name the holder to a second process that finds the directory locked
-        history.append(
-            {
-                "command": command,
-                "spec": spec,
-                "pid": os.getpid(),
-                "host": socket.gethostname(),
-                "started": time.strftime("%Y-%m-%d %H:%M:%S"),
-            }
+# The fields every sample has, with their types; the others (truncate, extracted, digest) are checked where present.
+SAMPLE_FIELDS = {
+    "model": str,
+    "precision": str,
+    "adapter": str,
+    "task": str,
+    "operands": int,
+    "base": int,
+    "length": int,
+    "index": int,
+    "expression": str,
+    "prompt": str,
+    "output": str,
+    "rule": str,
+    "gold": str,
+    "correct": bool,
+}
+# What a run directory keeps of each sample in memory for its reports (paired comparisons, error anatomy): all but
+# the prompt and the output, which are most of a sample's bytes.
+BULKY_FIELDS = ("prompt", "output")
+
+
+def read_sample(line: str) -> tuple[Sample | None, str | None]:
+    """(the sample on a samples.jsonl line, None) or (None, why it is none)."""
+    record = parse_json_line(line)
+    if not isinstance(record, dict):
+        return None, "not a JSON sample"
+    for name, kind in SAMPLE_FIELDS.items():
+        if name not in record:
+            return None, f"no '{name}'"
+        value = record[name]
+        if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+            return None, f"'{name}' is {type(value).__name__}, not {kind.__name__}"
+    if record.get("extracted") is not None and not isinstance(record["extracted"], str):
+        return None, "'extracted' is not text"
+    truncate = record.get("truncate", "")
+    if not isinstance(truncate, (str, int)) or isinstance(truncate, bool):
+        return None, "'truncate' is not a number"
+    if "digest" in record and not isinstance(record["digest"], str):
+        return None, "'digest' is not text"
+    try:
+        key = CellKey.of(record)
+        check_cell_bounds(
+            key.base, key.length, Task(key.task, key.operands, int(key.truncate) if key.truncate else None)
         )
-        meta = {**self._meta(), "identity": identity, "invocations": history, "versions": library_versions()}
-        atomic_write_text(self.meta_path, json.dumps(meta, indent=2) + "\n")
+    except (TypeError, ValueError, KeyError, OverflowError, UserError):
+        return None, "its cell's fields name no cell harness.eval computes"
+    if not 0 <= record["index"] < 1_000_000:
+        return None, f"index {record['index']} is out of range"
+    return record, None
 
-    def close(self) -> None:
-        """Release the directory lock (process exit releases it too, kill -9 included). A directory this run created
-        and finished no cell in (stopped by Ctrl-C or an error before its first cell) is removed again: it holds
-        nothing but this invocation's record, which goes while the lock is held; the lock then removes the directory
-        if nothing else is there."""
-        if self._lock.created and not getattr(self, "rows", None):
-            for name in ("run.json", "results.csv", "samples.jsonl"):
-                (self.path / name).unlink(missing_ok=True)
-        self._lock.release()
 
-    @property
-    def done(self) -> set[tuple]:
-        return {row.key for row in self.rows}
+@dataclass
+class SamplesFile:
+    """What samples.jsonl holds: its valid samples in file order, and each damaged line as (line number, why, its
+    bytes as they were, for a command that cannot recompute a damaged cell to keep)."""
 
-    def _meta(self) -> dict:
-        if not self.meta_path.exists():
-            return {}
-        _check_file(self.meta_path)
-        try:
-            meta = json.loads(self.meta_path.read_text(encoding="utf-8"))  # strictly: a damaged record is not rewritten
-        except (ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
-            meta = None
-        except OSError as err:
-            raise UserError(f"cannot read {self.meta_path}: {err.strerror}; fix it, or choose another --out") from None
-        invocations = meta.get("invocations", []) if isinstance(meta, dict) else None
-        readable = isinstance(invocations, list) and all(
-            isinstance(entry, dict) and isinstance(entry.get("command"), str) for entry in invocations
-        )
-        if not readable or not isinstance(meta.get("identity", {}), dict):
-            raise UserError(
-                f"{self.meta_path} is damaged (not numprec's run record); remove it (results.csv and samples.jsonl "
-                "are checked on their own) or choose another --out"
-            )
-        return meta
+    samples: list[Sample]
+    damaged: list[tuple[int, str, bytes]]
 
-    def commands(self) -> list[str]:
-        """Every command that wrote into this directory, oldest first."""
-        return [entry["command"] for entry in self._meta().get("invocations", [])]
+    def said(self) -> str:
+        """The damaged lines in words, for a repair line: '2 damaged line(s) (line 6: not a JSON sample; ...)'."""
+        first = "; ".join(f"line {number}: {why}" for number, why, _ in self.damaged[:3])
+        return f"{len(self.damaged)} damaged line(s) ({first}{'; ...' if len(self.damaged) > 3 else ''})"
 
-    def _check_identity(self, identity: dict, rows: list[CellResult]) -> None:
-        """Finished cells must have been made with this command's settings: checked on the rows themselves (each
-        carries n, seed and decoding), not only on run.json. A directory with no finished cell takes any command."""
-        if not rows:
-            return
-        for row in rows:
-            found = {"samples": row.n, "seed": row.seed, "decoding": row.decoding}
-            if found != identity:
-                diff = ", ".join(
-                    f"{k} {found[k]} there vs {identity[k]} now" for k in identity if found[k] != identity[k]
-                )
-                raise UserError(
-                    f"{self.path} holds a run with other settings ({diff}); pass another --out to keep both"
-                )
-        previous = self._meta().get("identity")
-        if previous and previous != identity:
-            diff = ", ".join(
-                f"{k} {previous.get(k)} there vs {identity.get(k)} now"
-                for k in identity
-                if previous.get(k) != identity.get(k)
-            )
-            raise UserError(f"{self.path} holds a run with other settings ({diff}); pass another --out to keep both")
 
-    def _reconcile_samples(self, recompute: bool) -> None:
-        """Every finished cell checked against its samples (harness/evidence.py). A cell whose row disagrees with
-        its samples, or whose verdicts the current scorer reads differently, is rewritten from them; a cell whose
-        samples are missing, foreign or edited is dropped to be computed again (``recompute``), or, where the caller
-        cannot compute (rescore), kept as it is and listed in ``untrusted``. Repeated rows and samples, samples of
-        no finished cell and invalid lines are dropped when computing (their cells are computed again) and kept
-        otherwise. Each repair is said in ``repairs``."""
-        from harness.evidence import check_cell, parse_sample
+def read_samples_file(path: Path) -> SamplesFile:
+    """The one reader of samples.jsonl (run directories, rescore, diff, reports): bytes that are not UTF-8 damage
+    their lines only; nothing raises but a file that is not a regular file or cannot be read (one UserError line)."""
+    if not path.exists():
+        return SamplesFile([], [])
+    samples, damaged = [], []
+    for number, (raw, line) in enumerate(read_lines(path), 1):
+        if not raw.strip():
+            continue
+        sample, problem = read_sample(line) if line is not None else (None, "not UTF-8 text")
+        if problem:
+            damaged.append((number, problem, raw if raw.endswith(b"\n") else raw + b"\n"))
+        else:
+            samples.append(sample)
+    return SamplesFile(samples, damaged)
 
-        text = _read_text(self.samples_path) if self.samples_path.exists() else ""
-        cells: dict[CellKey, dict[int, dict]] = {}
-        leftovers, invalid, repeated_samples = [], 0, 0
-        for line in text.splitlines(keepends=True):
-            record = parse_sample(line)
-            if record is None:
-                invalid += 1
-                leftovers.append(line)
-                continue
-            own = cells.setdefault(CellKey.of(record), {})
-            if record["index"] in own:
-                repeated_samples += 1
-                continue
-            own[record["index"]] = record
-        kept_rows, kept_samples, seen, repeated_rows = [], [], set(), 0
-        self.checks, self.untrusted = [], []
-        for row in self.rows:
-            if row.key in seen:
-                repeated_rows += 1
-                continue
-            seen.add(row.key)
-            check = check_cell(row, cells.get(row.key, {}))
-            self.checks.append(check)
-            where = f"{row.key.series} {row.key.task_label} n={row.length}"
-            if check.status == "untrusted" and recompute:
-                self.repairs.append(f"{where}: {check.why}; it will be computed again")
-                continue
-            if check.status == "untrusted":
-                self.untrusted.append(f"{where} ({check.why})")
-            elif check.status == "rewritten":
-                self.repairs.append(f"{where}: row and samples rewritten from the samples' evidence ({check.why})")
-            kept_rows.append(check.row)
-            kept_samples += check.samples
-        orphans = [s for key, own in cells.items() if key not in seen for s in own.values()]
-        if repeated_rows:
-            self.repairs.append(f"{repeated_rows} repeated row(s) of results.csv dropped")
-        if repeated_samples:
-            self.repairs.append(f"{repeated_samples} repeated sample(s) of samples.jsonl dropped")
-        if recompute and invalid:
-            self.repairs.append(f"{invalid} invalid line(s) of samples.jsonl dropped")
-        lines = [json.dumps(sample, ensure_ascii=False) + "\n" for sample in kept_samples]
-        if not recompute:  # what cannot be recomputed here stays, as it was
-            lines += [json.dumps(sample, ensure_ascii=False) + "\n" for sample in orphans] + leftovers
-        kept = "".join(lines)
-        if kept != text:
-            atomic_write_text(self.samples_path, kept)
-        if kept_rows != self.rows or self.repairs:
-            self.rows = kept_rows
-            atomic_write_text(self.results_path, results_csv_text(self.rows))
 
-    def record_machine(self, description: dict) -> str:
-        """The id of the machine ``description`` names (harness/machine.py), added to run.json's ``machines`` the
-        first time a cell of this run is computed on it; rows name it in their ``machine`` column."""
-        identifier = machine_id(description)
-        meta = self._meta()
-        machines = meta.get("machines") if isinstance(meta.get("machines"), dict) else {}
-        if identifier not in machines:
-            meta["machines"] = {**machines, identifier: description}
-            atomic_write_text(self.meta_path, json.dumps(meta, indent=2) + "\n")
-        return identifier
-
-    def machines(self) -> dict[str, dict]:
-        """Every machine a cell of this run was computed on, by id."""
-        machines = self._meta().get("machines")
-        return machines if isinstance(machines, dict) else {}
-
-    def add_cell(self, row: CellResult, samples: list[dict]) -> None:
-        """Persist one finished cell: samples first, then the results row that makes the cell count."""
-        old = self.samples_path.read_bytes() if self.samples_path.exists() else b""
-        new = "".join(json.dumps(sample, ensure_ascii=False) + "\n" for sample in samples).encode("utf-8")
-        atomic_write_bytes(self.samples_path, old + new)
-        self.rows.append(row)
-        atomic_write_text(self.results_path, results_csv_text(self.rows))
+def slim(sample: Sample) -> Sample:
+    """A sample less its BULKY_FIELDS: what reports read."""
+    return {name: value for name, value in sample.items() if name not in BULKY_FIELDS}  # type: ignore[return-value]

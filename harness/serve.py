@@ -21,7 +21,9 @@ import socket
 import time
 from collections.abc import Sequence
 
-from harness.cli import THREADS, ArgParser, Bound, UserError, run
+from harness.bounds import THREADS, Bound
+from harness.cli import ArgParser, run
+from harness.errors import UserError
 
 PORT = Bound(1, 65535, "TCP ports end there")
 

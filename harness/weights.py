@@ -13,10 +13,10 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from harness.cli import UserError, one_line, read_json
+from harness.errors import UserError, one_line
+from harness.files import follow_umask, read_json
 from harness.gguf import GGUF_VERSION, check_gguf_type, gguf_variant
 from harness.models import W4_PRECISIONS, ModelSpec, PrecisionSpec
-from harness.results import follow_umask
 
 
 def has_cuda() -> bool:

@@ -34,10 +34,12 @@ from typing import Annotated, Literal
 
 from pydantic import Field
 
-from harness.cli import THREADS, ArgParser, Bound, UserError, command_line, input_path, output_dir, run, unique
+from harness.bounds import THREADS, Bound, unique
+from harness.cli import ArgParser, command_line, input_path, output_dir, run
 from harness.config import Lengths, StrictModel, load_yaml_model
+from harness.errors import UserError
+from harness.files import atomic_write_bytes, atomic_write_text, read_csv_rows
 from harness.lock import DirectoryLock
-from harness.results import atomic_write_bytes, atomic_write_text
 from harness.scoring import wilson_interval
 from scratch.numerics import resolve_device
 from scratch.train import RunConfig, pack_key
@@ -302,11 +304,28 @@ def cell_key(c: RunConfig) -> tuple:
     )
 
 
-def read_rows(path: Path) -> list[dict]:
-    if not path.exists():
-        return []
-    with open(path, newline="") as handle:
-        return list(csv.DictReader(handle))
+# What a row must hold to be plotted and resumed from; the other columns came later and may be absent or empty.
+REQUIRED = COLUMNS[: COLUMNS.index("device")]
+INTEGERS = ("operands", "base", "length", "depth", "seed", "steps", "n", "correct")
+FRACTIONS = ("accuracy", "ci_low", "ci_high")
+
+
+def parse_row(row: dict[str, str]) -> dict[str, str]:
+    """A sweep results row as read (text), or ValueError where a value is missing or of the wrong type."""
+    if any(row.get(name) is None for name in REQUIRED) or None in row.values():
+        raise ValueError("cut short")
+    values = {name: int(row[name]) for name in INTEGERS}
+    fractions = [float(row[name]) for name in FRACTIONS]
+    for name in ("tokens_per_s", "mfu", "wall_s"):
+        float(row[name])  # a ValueError where it is no number
+    if not all(0 <= value <= 1 for value in fractions) or not 0 <= values["correct"] <= values["n"]:
+        raise ValueError("out of range")
+    return row
+
+
+def read_rows(path: Path) -> tuple[list[dict], list[str]]:
+    """The rows of a sweep's results.csv and its damaged ones (harness/files.py's CSV reader)."""
+    return read_csv_rows(path, REQUIRED, parse_row, "a scratch.sweep results file")
 
 
 def write_rows(path: Path, rows: list[dict]) -> None:
@@ -412,7 +431,12 @@ def main(argv: Sequence[str] | None = None) -> int:
 def sweep(args, config: SweepConfig) -> int:
     """Run the grid's unfinished cells into args.out (held by main's lock)."""
     results = args.out / "results.csv"
-    rows = read_rows(results)
+    rows, damaged = read_rows(results)
+    if damaged:  # a cell's row can be made again: its run resumes from its checkpoint, or trains again
+        print(
+            f"repaired {args.out}: {len(damaged)} damaged row(s) of results.csv left out; their cells run again",
+            file=sys.stderr,
+        )
     done = {row_key(row) for row in rows}
     grid = cells(config)
     todo = [c for c in grid if cell_key(c) not in done]

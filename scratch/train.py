@@ -37,23 +37,10 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from harness.cli import (
-    BATCH_SIZE,
-    LEARNING_RATE,
-    SEED,
-    STEPS,
-    THREADS,
-    WEIGHT_DECAY,
-    ArgParser,
-    Bound,
-    UserError,
-    command_line,
-    name_list,
-    one_line,
-    output_dir,
-    unique,
-)
+from harness.bounds import BATCH_SIZE, LEARNING_RATE, SEED, STEPS, THREADS, WEIGHT_DECAY, Bound, unique
+from harness.cli import ArgParser, command_line, name_list, output_dir
 from harness.cli import run as cli_run
+from harness.errors import UserError, one_line
 from harness.lock import DirectoryLock
 from harness.machine import describe
 from harness.problems import BASE, OPERANDS

@@ -13,6 +13,7 @@ OWN_FORMATS = [
     # tqdm progress bars (harness.eval's problems, scratch.sweep's cells, finetune.train's steps), also while they
     # are redrawn or cleared
     r"(.*: )?\s*\d+%\|[^|]*\|\s*\d+/\d+ \[[^\]]*\]",
+    r".+: \d+[^\[]* \[[^\]]*\]",  # a bar whose total is not yet known (harness.quantize's calibration)
     # harness/cli.py: the one-line error, Ctrl-C; harness/startup.py: Ctrl-C while importing
     r"error: .+",
     r"interrupted: finished work is saved; rerun the same command to resume",

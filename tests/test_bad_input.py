@@ -440,6 +440,10 @@ SCRATCH_SWEEP = [
     sweep("recursive-anchor", "tasks: &t [*t]\n", "recursive anchor"),
     sweep("alias-bomb", ALIAS_BOMB + OK_SWEEP, "expand to more than"),
     ("out-empty", ["--config", "{config}", "--out", ""], "an empty path", config(OK_SWEEP)),
+    # a results file in --out that is none of the sweep's: refused, never written over
+    ("results-foreign", ["--config", "sweep.yaml", "--out", "sweep_foreign"], "not a scratch.sweep results file"),
+    ("results-not-utf8", ["--config", "sweep.yaml", "--out", "sweep_latin1"], "results.csv is not UTF-8 text"),
+    ("results-a-directory", ["--config", "sweep.yaml", "--out", "sweep_dir"], "results.csv is not a regular file"),
 ]
 
 QUANTIZE = [
@@ -460,6 +464,10 @@ QUANTIZE = [
     ("model-path-no-out", ["--method", "gptq", "--model-path", "empty_dir"], "--model-path needs --out DIR"),
     ("model-path-missing", ["--method", "gptq", "--model-path", "gone", "--out", "q"], "gone does not exist"),
     ("model-path-no-config", ["--method", "gptq", "--model-path", "empty_dir", "--out", "q"], "no config.json"),
+    # the checkpoint replaces its directory whole: never the working directory, nor a directory of other files
+    ("out-here", ["--method", "awq", "--out", "."], "is the working directory"),
+    ("out-above", ["--method", "awq", "--out", ".."], "is the working directory (or holds it)"),
+    ("out-not-a-checkpoint", ["--method", "gptq", "--out", "model_dir"], "not a checkpoint harness.quantize wrote"),
 ]
 
 BENCH = [
@@ -478,6 +486,18 @@ BENCH = [
     ("device-unknown", ["--out", "b", "--device", "gpu"], "unknown device 'gpu'"),
     pytest.param("device-cuda", ["--out", "b", "--device", "cuda"], "needs a CUDA GPU", marks=without_cuda),
     ("out-empty", ["--out", ""], "an empty path"),
+    # an earlier run's results.json in --out, whose sections a run keeps: damaged, it is refused, never written over
+    ("results-not-json", ["--out", "empty_dir"], "is not valid JSON", ("empty_dir/results.json", "{\n")),
+    ("results-a-list", ["--out", "empty_dir"], "must hold a JSON object, got list", ("empty_dir/results.json", "[]")),
+    ("results-no-runs", ["--out", "empty_dir"], "its 'runs' is not a list", ("empty_dir/results.json", '{"runs": 5}')),
+    ("results-not-utf8", ["--out", "empty_dir"], "is not UTF-8 text", ("empty_dir/results.json", b'{"a": "\xe9"}')),
+    ("results-a-directory", ["--out", "bench_results_dir"], "cannot read bench_results_dir/results.json"),
+    (
+        "results-section",
+        ["--out", "empty_dir"],
+        "section 'data' is not a list",
+        ("empty_dir/results.json", '{"command": "x", "data": 1}'),
+    ),
 ]
 
 
@@ -499,7 +519,7 @@ DIFF = [
     ("no-runs", [], "required: first, second"),
     ("three-runs", ["empty_dir", "empty_dir", "empty_dir"], "unrecognized arguments"),
     ("not-json", ["empty_dir", "empty_dir"], "samples.jsonl line 2: not a JSON sample", samples(GOOD_SAMPLE + "{\n")),
-    ("not-utf8", ["empty_dir", "empty_dir"], "is not UTF-8 text", samples(b'{"output": "\xff"}\n')),
+    ("not-utf8", ["empty_dir", "empty_dir"], "line 1: not UTF-8 text", samples(b'{"output": "\xff"}\n')),
     ("no-index", ["empty_dir", "empty_dir"], "line 1: no 'index'", samples(GOOD_SAMPLE.replace('"index": 0, ', ""))),
     ("no-output", ["empty_dir", "empty_dir"], "no 'output'", samples(GOOD_SAMPLE.replace('"output": "2",', ""))),
     ("a-list", ["empty_dir", "empty_dir"], "line 1: not a JSON sample", samples("[1, 2]\n")),
@@ -651,6 +671,11 @@ def make_damaged_inputs(root) -> None:
         "run_csv_huge": {"results.csv": ",".join(COLUMNS) + '\n"' + "x" * 200_000 + '"\n', "run.json": identity},
         "run_csv_foreign": {"results.csv": "name,score\nme,1\n"},
     }
+    runs["bench_results_dir"] = {"results.json/": None}
+    runs["sweep_foreign"] = {"results.csv": "name,score\nme,1\n"}
+    runs["sweep_latin1"] = {"results.csv": b"task,operands\ncaf\xe9\n"}
+    runs["sweep_dir"] = {"results.csv/": None}
+    (root / "sweep.yaml").write_text(OK_SWEEP)
     for name, files in runs.items():
         (root / name).mkdir()
         for file, content in files.items():

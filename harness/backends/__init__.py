@@ -17,7 +17,7 @@ import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from harness.cli import UserError
+from harness.errors import UserError
 from harness.models import PrecisionSpec
 
 if TYPE_CHECKING:

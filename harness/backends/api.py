@@ -34,7 +34,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from harness.backends import ChatBackend, Generation, Sampling
-from harness.cli import UserError
+from harness.errors import UserError
 from harness.models import PrecisionSpec
 
 KEY_VARIABLES = ("NUMPREC_API_KEY", "OPENAI_API_KEY")

@@ -28,7 +28,7 @@ from harness.backends import (
     shared_prefix,
 )
 from harness.backends.sampling import gumbel_choice, warped_candidates
-from harness.cli import UserError, one_line
+from harness.errors import UserError, one_line
 from harness.models import PrecisionSpec
 from harness.weights import quantization_config
 

@@ -34,7 +34,7 @@ from harness.backends import (
     newline_tokens,
 )
 from harness.backends.sampling import gumbel_choice, warped_candidates
-from harness.cli import UserError
+from harness.errors import UserError
 from harness.gguf import import_llama_cpp
 from harness.models import PrecisionSpec
 from harness.quiet import silence_llama_cpp

@@ -17,7 +17,7 @@ from harness.backends import (
     Sampling,
     stop_length,
 )
-from harness.cli import UserError
+from harness.errors import UserError
 from harness.models import PrecisionSpec
 
 

@@ -2,8 +2,8 @@
 
 import pytest
 
-from harness.cli import UserError
 from harness.config import build_spec, load_config
+from harness.errors import UserError
 
 
 def spec_of(name, **overrides):

@@ -7,7 +7,7 @@ import pytest
 
 from harness.backends import Sampling
 from harness.backends.hf import HFBackend
-from harness.cli import UserError
+from harness.errors import UserError
 from harness.models import get_model, get_precision, model_registry, precision_registry
 from harness.problems import Task, generate
 from harness.prompts import user_message

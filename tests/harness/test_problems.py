@@ -7,7 +7,7 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from harness.cli import UserError
+from harness.errors import UserError
 from harness.problems import DIGITS, Task, generate, load_dataset, parse_task, to_base
 
 from .helpers import run_module

@@ -8,7 +8,8 @@ import pytest
 from harness.cli import run
 from harness.problems import Task, generate
 from harness.rescore import main
-from harness.results import RunDir, read_results
+from harness.results import read_results
+from harness.rundir import RunDir
 
 from .test_results import IDENTITY, _row
 
@@ -21,7 +22,8 @@ def outputs(problem):
 
 def _old_run(out):
     """A cell scored by an older, lenient reader (samples from before digests: read as they are)."""
-    run_dir = RunDir(out, {**IDENTITY, "samples": 4}, "python -m harness.eval (old scoring)", {})
+    # made elsewhere (its --out names another place) and moved here
+    run_dir = RunDir(out, {**IDENTITY, "samples": 4}, "python -m harness.eval --tasks add --out /elsewhere/run", {})
     key = {"model": "smollm2", "precision": "fp32", "adapter": "", "task": "add", "operands": 2, "truncate": ""}
     problems = generate(Task("add"), 10, 2, 4, seed=0)
     samples = [
@@ -42,6 +44,9 @@ def _old_run(out):
     ]
     run_dir.add_cell(replace(_row(2, n=4), correct=3, accuracy=0.75), samples)
     run_dir.close()
+    meta = json.loads((out / "run.json").read_text())
+    del meta["sample_digests"]  # as run.json was written then
+    (out / "run.json").write_text(json.dumps(meta))
     return problems
 
 
@@ -86,7 +91,7 @@ def test_rescoring_never_deletes_a_row_it_cannot_rescore(tmp_path, capsys, damag
     assert exit_info.value.code == 0
     printed = capsys.readouterr().out
     assert "not re-scored, kept as they were: 1 cell(s)" in printed
-    assert "compute them again with: python -m harness.eval (old scoring)" in printed
+    assert f"compute them again with: python -m harness.eval --tasks add --out {out}" in printed, "this directory"
     assert (out / "results.csv").read_text() == rows_before
     assert (samples.read_text() if samples.exists() else "") == kept
 
@@ -96,3 +101,42 @@ def test_rescoring_a_directory_that_is_no_run_is_one_line(tmp_path, capsys):
         run(main, [str(tmp_path)])
     assert exit_info.value.code == 2
     assert "is not a harness.eval run directory" in capsys.readouterr().err
+
+
+DAMAGE = {
+    "cut mid-record": lambda line: line[:40] + b"\n",
+    "garbage": lambda line: b"@@@ not a sample ###\n",
+    "not UTF-8": lambda line: line.replace(b'"output": "', b'"output": "caf\xe9 '),
+    "a number too large": lambda line: line.replace(b'"length": 1,', b'"length": 1e999,'),
+    "nested past any record": lambda line: b"[" * 100_000 + b"]" * 100_000 + b"\n",
+    "no gold": lambda line: line.replace(b'"gold": ', b'"no_gold": '),
+    "no expression": lambda line: line.replace(b'"expression": ', b'"no_expression": '),
+    "base 0": lambda line: line.replace(b'"base": 10,', b'"base": 0,'),
+}
+
+
+@pytest.mark.parametrize("damage", sorted(DAMAGE))
+def test_a_damaged_samples_line_is_said_and_kept_and_its_cell_named(tmp_path, capsys, damage):
+    """Each damaged line of issue 28: rescore says it (one line on stderr), keeps its bytes and its cell's row as they
+    were (it cannot recompute them), re-scores every other cell, and names the command that computes the damaged cell
+    again in this directory."""
+    from tests.harness.test_pipeline import run as scripted_run
+
+    out = tmp_path / "run"
+    scripted_run(out)
+    samples = out / "samples.jsonl"
+    lines = samples.read_bytes().splitlines(keepends=True)
+    lines[5] = DAMAGE[damage](lines[5])
+    samples.write_bytes(b"".join(lines))
+    rows_before = len((out / "results.csv").read_text().splitlines())
+    capsys.readouterr()  # the run's own progress
+    with pytest.raises(SystemExit) as exit_info:
+        run(main, [str(out)])
+    assert exit_info.value.code == 0
+    captured = capsys.readouterr()
+    said = [line for line in captured.err.splitlines() if line.strip()]
+    assert len(said) == 1 and "1 damaged line(s) (line " in said[0] and "kept as they were" in said[0], said
+    assert lines[5] in samples.read_bytes().splitlines(keepends=True), "the damaged line's bytes are kept"
+    assert len((out / "results.csv").read_text().splitlines()) == rows_before, "every row kept"
+    assert "not re-scored, kept as they were: 1 cell(s)" in captured.out
+    assert f"--out {out}" in captured.out.splitlines()[-1]

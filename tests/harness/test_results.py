@@ -7,10 +7,11 @@ import subprocess
 
 import pytest
 
-from harness.cli import UserError
+from harness.errors import UserError
 from harness.evidence import sample_digest
 from harness.problems import Task, generate
-from harness.results import CellResult, RunDir
+from harness.results import CellResult
+from harness.rundir import RunDir
 from harness.scoring import wilson_interval
 
 from .helpers import ROOT, assert_user_error, run_module
@@ -201,7 +202,11 @@ def test_an_intact_directory_resumes_untouched(tmp_path):
     [
         (lambda out: (out / "samples.jsonl").unlink(), "2 of its 2 samples missing; it will be computed again", 3),
         (lambda out: _drop_lines(out / "samples.jsonl", [3]), "1 of its 2 samples missing; it will be computed", 1),
-        (lambda out: _append(out / "samples.jsonl", "{not json\n"), "1 invalid line(s) of samples.jsonl", 0),
+        (
+            lambda out: _append(out / "samples.jsonl", "{not json\n"),
+            "1 damaged line(s) (line 7: not a JSON sample) of samples.jsonl dropped",
+            0,
+        ),
         (lambda out: _truncate(out / "results.csv", 30), "1 damaged row(s) of results.csv", 1),
         (lambda out: _replace(out / "results.csv", ",0.5000,", ",half,"), "1 damaged row(s) of results.csv", 1),
     ],
