@@ -13,13 +13,18 @@ is judged on the problems where they disagree. For each cell, and pooled over a 
 Every series (model + precision + adapter) is compared with every series evaluated before it (comparisons.csv);
 summary.md shows the comparisons against the run's first series, so evaluate the reference first: bf16 before
 int4, LoRA before QLoRA, as the paper compares them.
+
+A table of such tests asks many questions at once, and some small p-values come by chance: each comparison also
+carries its Holm-adjusted p-value (Holm 1979, step-down Bonferroni: valid whatever the dependence between the tests,
+as between a task's cells and its pooled row). The family is every comparison against the same baseline: the rows of
+one summary table, each baseline's rows of comparisons.csv. "Significant" in summary.md means Holm-adjusted p < 0.05.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 
 from harness.results import csv_text
 from harness.scoring import wilson_interval
@@ -45,8 +50,11 @@ class Comparison:
     diff_low: float
     diff_high: float
     p_value: float
+    p_holm: float = 1.0  # Holm-adjusted over the family: every comparison against the same baseline
+    family: int = 1  # how many tests the family holds
 
 
+SIGNIFICANCE = 0.05
 COLUMNS = [f.name for f in fields(Comparison)]
 
 
@@ -124,7 +132,23 @@ def paired_comparisons(samples: Sequence[dict], series_of, task_of) -> list[Comp
     for later, variant in enumerate(names):
         for baseline in names[:later]:
             results += _pair(correct[baseline], correct[variant], baseline, variant)
-    return results
+    return holm_adjusted(results)
+
+
+def holm_adjusted(comparisons: list[Comparison]) -> list[Comparison]:
+    """Each comparison with its Holm-adjusted p-value over its family (the comparisons with the same baseline): the
+    i-th smallest of m p-values times (m - i + 1), kept monotone, capped at 1."""
+    families: dict[str, list[int]] = {}
+    for index, comparison in enumerate(comparisons):
+        families.setdefault(comparison.baseline, []).append(index)
+    adjusted = list(comparisons)
+    for members in families.values():
+        order = sorted(members, key=lambda index: comparisons[index].p_value)
+        running = 0.0
+        for rank, index in enumerate(order):
+            running = max(running, min(1.0, (len(order) - rank) * comparisons[index].p_value))
+            adjusted[index] = replace(comparisons[index], p_holm=running, family=len(order))
+    return adjusted
 
 
 def _pair(reference_answers: dict, variant_answers: dict, baseline: str, variant: str) -> list[Comparison]:
@@ -155,20 +179,24 @@ def comparisons_markdown(comparisons: Sequence[Comparison]) -> list[str]:
         return []
     first = comparisons[0].baseline
     comparisons = [c for c in comparisons if c.baseline == first]
+    significant = sum(c.p_holm < SIGNIFICANCE for c in comparisons)
     lines = [
         f"## Paired comparisons against {first}",
         "",
         "Same problems, problem by problem: b = right only in the baseline, c = right only in the variant; "
-        "exact McNemar p; difference = variant - baseline with Newcombe's paired 95% interval. comparisons.csv "
-        "holds every pair of series.",
+        "exact McNemar p, and p Holm-adjusted over this table's family (all of its "
+        f"{len(comparisons)} tests: every variant against {first}, per cell and pooled per task); difference = "
+        "variant - baseline with Newcombe's paired 95% interval; significant = Holm-adjusted p < 0.05 "
+        f"({significant} of {len(comparisons)}). comparisons.csv holds every pair of series.",
         "",
-        "| variant | task | length | baseline | variant | difference [95% CI] | b / c | p |",
-        "|---|---|---:|---:|---:|---|---:|---:|",
+        "| variant | task | length | baseline | variant | difference [95% CI] | b / c | p | p (Holm) | significant |",
+        "|---|---|---:|---:|---:|---|---:|---:|---:|---|",
     ]
     for c in comparisons:
         lines.append(
             f"| {c.variant} | {c.task} (base {c.base}) | {c.length} | {c.baseline_accuracy:.3f} | "
             f"{c.variant_accuracy:.3f} | {c.difference:+.3f} [{c.diff_low:+.3f}, {c.diff_high:+.3f}] | "
-            f"{c.only_baseline} / {c.only_variant} | {c.p_value:.3g} |"
+            f"{c.only_baseline} / {c.only_variant} | {c.p_value:.3g} | {c.p_holm:.3g} | "
+            f"{'yes' if c.p_holm < SIGNIFICANCE else 'no'} |"
         )
     return [*lines, ""]

@@ -20,6 +20,7 @@ from harness.files import atomic_write_bytes, atomic_write_text
 from harness.problems import parse_task
 from harness.prompts import prompt_deviations
 from harness.results import CellKey, CellResult, Sample
+from harness.scoring import wilson_interval
 
 BASE_10_ONLY = 10  # the paper's reference table is base 10
 MARKERS = "osD^vP*X"
@@ -78,7 +79,7 @@ def summary_markdown(
             cells = []
             for name in series:
                 row = series[name].get(length)
-                cells.append(f"{row.accuracy:.3f} [{row.ci_low:.2f}, {row.ci_high:.2f}]" if row else "")
+                cells.append(accuracy_cell(row) if row else "")
             cells += [f"{refs[name][length]:.3f}" if length in refs[name] else "" for name in refs]
             lines.append(f"| {length} | " + " | ".join(cells) + " |")
         lines.append("")
@@ -130,6 +131,13 @@ def summary_markdown(
         + ["```", ""]
     )
     return "\n".join(lines)
+
+
+def accuracy_cell(row: CellResult) -> str:
+    """'0.625 [0.47, 0.76]', from the row's counts (results.csv keeps 4 decimals: rounding its values again would
+    print 0.62 for 0.625)."""
+    low, high = wilson_interval(row.correct, row.n)
+    return f"{row.correct / row.n:.3f} [{low:.2f}, {high:.2f}]"
 
 
 def invariance_markdown(rows: Sequence[CellResult]) -> list[str]:

@@ -1,45 +1,59 @@
 """Answer extraction and exact-match scoring, written down once.
 
-The stop rule keeps a model's first non-blank line. On it, the answer is looked for in one place:
+The stop rule keeps a model's first non-blank line. On it, **an answer belongs to the question**: a numeral counts only
+where the line states it as the answer to the asked expression, in one of these places:
 
-| rule      | where the answer must stand                                     | example                       |
-|-----------|-----------------------------------------------------------------|-------------------------------|
-| `equals`  | after the line's last ``=`` outside brackets                    | ``430 + 41 = 541``            |
-| `keyword` | after the last "answer/result/sum/product/total [of ...] is",   | ``The final answer is: 541.`` |
-|           | "which is", "answer:", "equals" or "equal to" (markdown allowed | ``**Answer**: 541``           |
-|           | around the label: ``**Answer**:``)                              | ``The sum of 7 and 8 is 15``  |
-| `boxed`   | inside ``\\boxed{...}`` (nested braces read whole)              | ``\\boxed{6E_{16}}``           |
-| `bare`    | the whole line                                                  | ``541``, ``**541**``          |
+| rule      | the statement                                                   | example                            |
+|-----------|-----------------------------------------------------------------|------------------------------------|
+| `equals`  | an equation whose left side is the asked expression (as written, | ``430 + 41 = 541``,                |
+|           | its operands in any order), or a chain that starts from it      | ``41 + 430 = 471 = 541`` reads 541, |
+|           | (``X = a = b`` reads b); a line that opens with ``=`` continues | ``= 541``                          |
+|           | the prompt's expression                                         |                                    |
+| `keyword` | "the answer / result / sum / product / total / value [of, to or | ``The final answer is: 541.``,     |
+|           | for X] is / are / equals / :", "X is / equals N", "X, which is  | ``The answer to 430 + 41 is 541.``, |
+|           | N", "the last L digits of X are N"; X, where named, is the      | ``430 + 41 is 541.``,              |
+|           | asked expression (or, after "sum/product of", its operands);    | ``The sum of 430 and 41 is 541.``, |
+|           | the Minerva / lm-eval line "Final Answer: The final answer is   | ``Final Answer: The final answer   |
+|           | N. I hope it is correct." (N may be ``$N$`` or boxed)           | is $541$. I hope it is correct.``  |
+| `boxed`   | inside ``\\boxed{...}`` (nested braces read whole; an equation  | ``\\boxed{6E_{16}}``               |
+|           | in it is read as an equation)                                   |                                    |
+| `bare`    | the whole line, where it states nothing else                    | ``541``, ``**541**``               |
 
-When a line has both an ``=`` and a keyword, the **later** one decides: "Let x = 7 + 8; the answer is 15" is
-15, "The answer is 7 + 8 = 15" is 15. ``boxed`` and ``bare`` apply only to a line with neither. Where the
-answer stands, a lone ``\\boxed{...}`` is read inside (``= $\\boxed{15}$``; an ``=`` inside the box keeps what
-follows it), and a trailing "is the answer" is dropped (``15 is the answer.``).
+An equation or statement about anything else is never the answer: the prompt's own examples ("The expression you
+are asked to calculate is 32 + 78 = 110"), a check after the answer ("47 + 85 = 132. Check: 132 - 85 = 47." reads
+132), a partial sum ("First, 12 + 34 = 46."), another expression. A line that states no answer to the question has
+none. Where the line states the answer more than once, every statement must give the same numeral (else it is a
+hedge); after the last one, the line may go on with words and with equations about other things, but a number
+standing outside such an equation ("7 + 8 = 15. Wait, 16.") is refused as a second answer.
 
-What stands there must be **one whole numeral in the task's base**, alone. Markup is not part of it: LaTeX
-math delimiters (``\\( \\) \\[ \\] $``) and ``\\text{}``-like wrappers anywhere on the line, and around the
-numeral backticks, quotes, sentence punctuation and markdown emphasis. Emphasis is read as markdown only where it
-closes an opening run of the same length before it (``**541**``, ``*541*``); a ``*`` after the numeral with no
-opener (``56 *``, ``15*``) is a dangling multiplication, not markdown. A base annotation equal to the task's base
-is allowed (``1F_{16}``, ``1F₁₆``, ``1F (base 16)``, ``1F in base 16``). Refused, with the reason recorded as the rule:
+What stands where the answer should be (up to the end of its clause: ``.``, ``,``, ``;``, ``!`` or ``?`` followed by a
+space) must be **one whole numeral in the task's base**, alone. Markup is not part of it: LaTeX math delimiters
+(``\\( \\) \\[ \\] $``) and ``\\text{}``-like wrappers anywhere on the line, and around the numeral backticks, quotes,
+sentence punctuation and markdown emphasis. Emphasis is read as markdown only where it closes an opening run of the
+same length before it (``**541**``, ``*541*``); a ``*`` after the numeral with no opener (``56 *``, ``15*``) is a
+dangling multiplication, not markdown. A base annotation equal to the task's base is allowed (``1F_{16}``, ``1F₁₆``,
+``1F (base 16)``, ``1F in base 16``). Refused, with the reason recorded as the rule:
 
 - a sign or a fractional part (``-15``, ``15.5``, ``15.0``): not an integer answer;
-- anything after the numeral but punctuation (``15 + 1``, ``15 or 16``, ``15 (wait, 16)``, ``15 (because
-  2 + 3 = 5)``, ``15 *``): an answer must not be hedged, continued or explained on its line;
-- several boxed answers that differ (``\\boxed{15} or \\boxed{16}``, ``\\boxed{15}, no wait,
-  \\boxed{16}``): a hedge, whatever the words between them;
+- anything after the numeral in its clause but punctuation (``15 + 1``, ``15 or 16``, ``15 (wait, 16)``, ``15
+  (because 2 + 3 = 5)``, ``15 *``): an answer must not be hedged, continued or explained in its clause;
+- several boxed answers that differ (``\\boxed{15} or \\boxed{16}``), or statements of the answer that differ
+  (``7 + 8 = 16? No, 7 + 8 = 15``): a hedge, whatever the words between them;
 - text before it (``not 15``, ``isn't 15``, ``a 5-digit number``): words are never read as digits, negations
   are never read as answers;
 - an echo of the question (``23 * 96 = 23 * 96``), or a base annotation naming another base (``12_{10}`` in a
   base-2 task).
 
-There is deliberately no "last number in the line" fallback: "To calculate the arithmetic expression in
-base 10 ..." would answer 10 and score a false hit on 3 + 7. **Leading zeros and separators**, one policy
-everywhere: leading zeros are allowed (``0042`` is 42; fixed-width answers are answers); in bases up to 10 a
-comma between groups of exactly three digits is a thousands separator (``1,234``); no other separator is.
-An extracted answer is ASCII digits of the task's base, lower case, no separators; ``is_correct`` takes only
-such a string (no ``+15``, ``1_5``, ``0x1f`` or non-ASCII digits, which Python's ``int`` would read) and calls
-it correct when it denotes the same integer as the gold answer (leading zeros and letter case aside).
+There is deliberately no "last number in the line" fallback: "To calculate the arithmetic expression in base 10 ..."
+would answer 10 and score a false hit on 3 + 7. **Leading zeros and separators**, one policy everywhere: leading zeros
+are allowed (``0042`` is 42; fixed-width answers are answers); in bases up to 10 a comma between groups of exactly
+three digits is a thousands separator (``1,234``); no other separator is. An extracted answer is ASCII digits of the
+task's base, lower case, no separators; ``is_correct`` takes only such a string (no ``+15``, ``1_5``, ``0x1f`` or
+non-ASCII digits, which Python's ``int`` would read) and compares digit strings, leading zeros and letter case aside,
+so a numeral of any length is judged (Python's ``int`` refuses strings past 4,300 digits).
+
+Reading is linear in the length of the line: every scan looks at each character a bounded number of times (an
+expression is looked for only within a few times the question's length before a ``=`` or a verb).
 """
 
 from __future__ import annotations
@@ -83,36 +97,175 @@ _ANNOTATION = (  # a base written after the numeral: _{16}, _(16), _16, ₁₆, 
     r"(?:_\{(?P<b1>\d+)\}|_\((?P<b2>\d+)\)|_(?P<b3>\d+)|(?P<b4>[₀-₉]+)"
     r"|\s*\(base[\s-]*(?P<b5>\d+)\)|\s+in\s+base\s+(?P<b6>\d+))"
 )
-_KEYWORD = re.compile(
-    r"(?:\b(?:answer|result|sum|product|total)\b(?:\s+of\b[^=:]*?)?[*_]*\s*(?:\bis\b\s*:?|:)"
-    r"|\bwhich\s+is\b|\bequals\b|\bequal\s+to\b)",
-    re.IGNORECASE,
-)
 _MATH_DELIMITERS = re.compile(r"\\[()\[\]]")  # \( \) \[ \]: LaTeX math mode, markup only
 _TEXT_WRAPPER = re.compile(r"\\(?:text|textbf|mathrm|mathbf|mathit)\s*\{([^{}]*)\}")  # \text{15}: markup around it
+_LATEX_TIMES = re.compile(r"\\(?:times|cdot)(?![a-z])")
 _IS_THE_ANSWER = re.compile(r"\s+is\s+the\s+(?:final\s+)?(?:answer|result|sum|product|total)\W*$", re.IGNORECASE)
 _LEADING = " \t*_`$\"'[\\"
 _TRAILING = " \t`$\"'.,;:!?]\\"
 _EMPHASIS = "*_"
 _OPERATOR = re.compile(r"[-+*/×÷^=<>]")
+_TIMES = "*×·"
+# "the [final] answer / result / sum / product / total / value [of|to|for X] is|are|equals|:"
+_NOUN = re.compile(r"\b(?:answer|result|sum|product|total|value|last\s+\d+\s+digits?)\b", re.IGNORECASE)
+_VERB = r"(?:\bis\b|\bare\b|\bequals\b|\bequal\s+to\b|:)"
+_WHICH = re.compile(r"\bwhich\s+(?:is|equals)\b", re.IGNORECASE)
+_COPULA = re.compile(r"\b(?:is|are|equals|equal\s+to)\b", re.IGNORECASE)
+_CLAUSE_END = re.compile(r"[.,;!?](?=\s)")
+# What "the answer to ..." may say in words alone and still mean the question ("this problem", "the expression")
+_IMPLICIT = re.compile(
+    r"(?:\s|\b(?:the|this|that|your|my|our|given|above|following|arithmetic|asked|expression|question|problem"
+    r"|calculation|task|sum|product|addition|multiplication|operation)\b)*",
+    re.IGNORECASE,
+)
+_NEGATION = re.compile(r"(?:\bnot|\bnever|n't)\s*$", re.IGNORECASE)  # "not 7 + 8 = 15", "isn't 7 + 8 = 15"
+_DECIMAL_NUMBER = re.compile(r"\d")
+EMPHASIS_REACH = 256  # how far back an emphasis opener is looked for (keeps reading linear)
+
+
+# ---------------------------------------------------------------- the question and expressions on the line
+
+
+def _normal(numeral: str) -> str:
+    """A numeral as a digit string to compare: lower case, no separators, no leading zeros."""
+    return numeral.replace(",", "").lower().lstrip("0") or "0"
+
+
+@cache
+def _digit_chars(base: int) -> frozenset[str]:
+    return frozenset(DIGITS[:base] + DIGITS[10:base].upper())
+
+
+_MARKUP = " \t*_`$\"'"
+
+
+def _numeral_before(text: str, end: int, low: int, digits: frozenset[str]) -> int | None:
+    """Where the numeral that ends at ``end`` starts (digits of the base, thousands commas between digits), or None
+    where there is none or it is glued to a word (``abc12``)."""
+    first = end
+    while first > low and (
+        text[first - 1] in digits or (text[first - 1] == "," and first - 1 > low and text[first - 2] in digits)
+    ):
+        first -= 1
+    if first == end or (first > 0 and text[first - 1].isalnum()):
+        return None
+    return first
+
+
+def _operator_before(text: str, end: int, low: int, base: int) -> tuple[int, str] | None:
+    """(where it starts, "+" or "*") of the operator that ends at ``end``, spaces around it skipped."""
+    cursor = end
+    while cursor > low and text[cursor - 1] in " \t":
+        cursor -= 1
+    if cursor > low and text[cursor - 1] in "+*×·":
+        operator = "+" if text[cursor - 1] == "+" else "*"
+    elif base <= 33 and cursor - 1 > low and text[cursor - 1] in "xX" and text[cursor - 2] in " \t" and cursor < end:
+        operator = "*"
+    else:
+        return None
+    cursor -= 1
+    while cursor > low and text[cursor - 1] in " \t":
+        cursor -= 1
+    return cursor, operator
+
+
+def _expression_before(text: str, end: int, base: int, reach: int) -> tuple[int, str | None, list[str]] | None:
+    """The longest ``numeral (operator numeral)*`` that ends at ``end`` (trailing spaces and markup aside), read
+    backwards over at most ``reach`` characters: (where it starts, its operator or None for a lone numeral, its
+    operands normalised), or None. A numeral glued to a word (``abc12``) is none; ``×``, ``·`` and `` x `` are ``*``;
+    an expression mixing operators is none."""
+    digits, low = _digit_chars(base), max(0, end - reach)
+    index = end
+    while index > low and text[index - 1] in _MARKUP:
+        index -= 1
+    first = _numeral_before(text, index, low, digits)
+    if first is None:
+        return None
+    start, operands, operators = first, [_normal(text[first:index])], set()
+    while True:
+        operator = _operator_before(text, start, low, base)
+        if operator is None:
+            break
+        first = _numeral_before(text, operator[0], low, digits)
+        if first is None:
+            break  # "**7 + 8": markdown, not a product
+        operators.add(operator[1])
+        operands.append(_normal(text[first : operator[0]]))
+        start = first
+    if len(operators) > 1:
+        return None
+    return start, (operators.pop() if operators else None), operands[::-1]
+
+
+@dataclass(frozen=True)
+class Question:
+    """The asked expression: its operator (``+`` or ``*``) and its operands as normalised digit strings."""
+
+    operator: str
+    operands: tuple[str, ...]
+    length: int  # characters of the expression as written: how far back an echo of it is looked for
+
+    @classmethod
+    def of(cls, expression: str, base: int) -> Question | None:
+        text = expression.strip()
+        parsed = _expression_before(text, len(text), base, len(text))
+        if parsed is None or parsed[0] != 0 or parsed[1] is None:
+            return None
+        return cls(parsed[1], tuple(sorted(parsed[2])), len(text))
+
+    @property
+    def reach(self) -> int:
+        """How far back from a '=' or a verb the asked expression is looked for: room for its spacing, no more."""
+        return 2 * self.length + 32
+
+    def is_asked(self, text: str, end: int, base: int) -> bool:
+        """Whether the expression ending at ``end`` of ``text`` is the question, its operands in any order: the left
+        side of an equation, the subject of "is"."""
+        parsed = _expression_before(text, end, base, self.reach)
+        return parsed is not None and parsed[1] == self.operator and tuple(sorted(parsed[2])) == self.operands
+
+    def is_named_in(self, text: str, base: int) -> bool:
+        """Whether ``text`` (what a statement says it is about) names the question: the expression itself, its
+        operands ("of 7 and 8"), or no number at all ("the answer to this problem")."""
+        if not _DECIMAL_NUMBER.search(text):
+            return _IMPLICIT.fullmatch(text) is not None
+        numerals = sorted(_normal(n) for n in re.findall(rf"(?<![0-9a-z]){_numeral(base)}(?![0-9a-z])", text, re.I))
+        if tuple(numerals) == self.operands:
+            return True
+        return any(self.is_asked(text, match.end(), base) for match in re.finditer(r"[0-9a-zA-Z](?![0-9a-zA-Z])", text))
+
+
+def _pure_expression(text: str, base: int) -> bool:
+    """Whether ``text`` is nothing but a numeral or an arithmetic expression (and markup): a link of a chain."""
+    core = text.rstrip(_MARKUP)
+    parsed = _expression_before(core, len(core), base, len(core))
+    return parsed is not None and not core[: parsed[0]].strip(_MARKUP)
+
+
+# ---------------------------------------------------------------- reading one numeral
 
 
 def _boxes(line: str) -> list[tuple[int, int, str]]:
-    """(start, end, content) of every ``\\boxed{...}``, braces balanced (``\\boxed{6E_{16}}`` is one box)."""
-    found = []
-    for match in re.finditer(r"\\boxed\s*\{", line):
-        depth, index = 1, match.end()
-        while index < len(line) and depth:
-            depth += {"{": 1, "}": -1}.get(line[index], 0)
-            index += 1
-        if depth == 0:
-            found.append((match.start(), index, line[match.end() : index - 1]))
+    """(start, end, content) of every outermost ``\\boxed{...}``, braces balanced (``\\boxed{6E_{16}}`` is one box);
+    one pass over the line."""
+    found, opened, depth = [], None, 0
+    starts = {match.end() - 1: match.start() for match in re.finditer(r"\\boxed\s*\{", line)}
+    for index, char in enumerate(line):
+        if char == "{":
+            if opened is None and index in starts:
+                opened, depth = index, 0
+            depth += opened is not None
+        elif char == "}" and opened is not None:
+            depth -= 1
+            if depth == 0:
+                found.append((starts[opened], index + 1, line[opened + 1 : index]))
+                opened = None
     return found
 
 
-def _last_equals(line: str) -> int:
-    """Index of the last '=' outside brackets that is not part of '==', '<=', '>=' or '!='; -1 if none."""
-    depth, found = 0, -1
+def _equals_signs(line: str) -> list[int]:
+    """Indices of every '=' outside brackets that is not part of '==', '<=', '>=' or '!='."""
+    depth, found = 0, []
     for index, char in enumerate(line):
         if char in "([{":
             depth += 1
@@ -122,7 +275,7 @@ def _last_equals(line: str) -> int:
             before = line[index - 1] if index else ""
             after = line[index + 1] if index + 1 < len(line) else ""
             if not (before and before in "=<>!") and after != "=":
-                found = index
+                found.append(index)
     return found
 
 
@@ -143,13 +296,15 @@ def _opens_emphasis(text: str, run: str) -> bool:
 def _strip_trailing(text: str, before: str) -> str | Extraction:
     """``text`` less what trails its last character: punctuation and markup, and emphasis that closes an opener in
     ``before`` + ``text``. A ``*`` or ``_`` run that closes nothing is not markup (``56 *``: an operator)."""
+    before = before[-EMPHASIS_REACH:]
     while True:
         text = text.rstrip(_TRAILING)
         run = re.search(rf"[{re.escape(_EMPHASIS)}]+$", text)
         if not run:
             break
         start = run.start()
-        opened = start > 0 and not text[start - 1].isspace() and _opens_emphasis(before + text[:start], run.group())
+        opened = start > 0 and not text[start - 1].isspace()
+        opened = opened and _opens_emphasis(before + text[max(0, start - EMPHASIS_REACH) : start], run.group())
         if not opened:
             why = "an operator follows the numeral" if "*" in run.group() else "text follows the numeral"
             return Extraction(None, f"none: {why} (unpaired {run.group()!r}, not markdown)")
@@ -188,52 +343,193 @@ def read_numeral(segment: str, base: int, expression: str | None = None, before:
     if match["frac"]:
         return Extraction(None, "none: fractional part")
     annotated = next((match[f"b{i}"] for i in range(1, 7) if match[f"b{i}"]), None)
-    if annotated is not None and int(annotated.translate(_SUBSCRIPT_DIGITS)) != base:
+    if annotated is not None and annotated.translate(_SUBSCRIPT_DIGITS).lstrip("0") != str(base):
         return Extraction(None, f"none: written in base {annotated.translate(_SUBSCRIPT_DIGITS)}, not {base}")
     return match["num"].replace(",", "").lower()
 
 
+# ---------------------------------------------------------------- statements of the answer
+
+
+@dataclass
+class _Statement:
+    """Where a line states the answer: the phrase that says so starts at ``phrase``, the answer at ``answer``."""
+
+    phrase: int
+    answer: int
+    rule: str
+
+
+def _clause(line: str, start: int, end: int) -> int:
+    """Where the clause that begins at ``start`` ends (before ``end``): the first clause mark followed by a space."""
+    match = _CLAUSE_END.search(line, start, end)
+    return match.start() if match else end
+
+
+def _equation_statements(line: str, question: Question, base: int, signs: list[int]) -> list[_Statement]:
+    """Every equation whose left side is the question (or a line that opens with '='), followed along its chain."""
+    found, skip_until = [], -1
+    for number, sign in enumerate(signs):
+        if sign <= skip_until:
+            continue
+        opens_line = not line[:sign].strip(_MARKUP)
+        left = None if opens_line else _expression_before(line, sign, base, question.reach)
+        if not (opens_line or question.is_asked(line, sign, base)):
+            continue
+        last = number
+        while last + 1 < len(signs) and _pure_expression(line[signs[last] + 1 : signs[last + 1]], base):
+            last += 1
+        skip_until = signs[last]
+        found.append(_Statement(sign if left is None else left[0], signs[last] + 1, "equals"))
+    return found
+
+
+def _keyword_statements(line: str, question: Question, base: int) -> list[_Statement]:
+    """ "The answer [to X] is", "X is", "X, which is", "the last L digits of X are": each where X, if named, is the
+    question."""
+    found = []
+    about = rf"(?:\s+(?:of|to|for)\s+(?P<about>[^=:\n]{{0,{question.reach}}}?))?"
+    after_noun = re.compile(rf"[*_]*{about}[*_]*\s*{_VERB}\s*:?")
+    for noun in _NOUN.finditer(line):
+        match = after_noun.match(line, noun.end())
+        if match and (match["about"] is None or question.is_named_in(match["about"], base)):
+            found.append(_Statement(noun.start(), match.end(), "keyword"))
+    for verb in _COPULA.finditer(line):
+        if question.is_asked(line, verb.start(), base):
+            found.append(_Statement(verb.start(), verb.end(), "keyword"))
+    for which in _WHICH.finditer(line):
+        referent = len(line[: which.start()].rstrip(" ,"))
+        if question.is_asked(line, referent, base):
+            found.append(_Statement(which.start(), which.end(), "keyword"))
+    return found
+
+
+def _box_statements(line: str, boxes: list[tuple[int, int, str]]) -> list[_Statement]:
+    return [_Statement(start, start, "boxed") for start, _, _ in boxes]
+
+
 def _inside_lone_box(segment: str) -> str | None:
-    """The content of the one ``\\boxed{}`` that is all of ``segment`` but markup (after an ``=`` in it, if any)."""
+    """The content of the one ``\\boxed{}`` that is all of ``segment`` but markup."""
     core = segment.strip(" \t`$\"'.,;:!?" + _EMPHASIS)
     boxes = _boxes(core)
     if len(boxes) != 1 or boxes[0][:2] != (0, len(core)):
         return None
-    content = boxes[0][2]
-    equals = _last_equals(content)
-    return content[equals + 1 :] if equals >= 0 else content
+    return boxes[0][2]
 
 
-def extract(text: str, base: int = 10, expression: str | None = None) -> Extraction:
-    """The answer the first line states, and the rule that found it (or why there is none). ``expression``,
-    the question, lets an echo of it be named as such."""
-    line = _TEXT_WRAPPER.sub(r"\1", _MATH_DELIMITERS.sub(" ", answer_line(text))).strip()
-    if not line:
-        return Extraction(None, "none: empty output")
+def _read_box(content: str, question: Question | None, base: int, expression: str) -> Extraction | str:
+    """A box's content: an equation in it is read as an equation about the question; else the one numeral."""
+    if "=" in content and question is not None:
+        inner = _read_line(content, question, base, expression, allow_bare=False)
+        return inner.answer if inner.answer is not None else inner
+    return read_numeral(content, base, expression)
+
+
+_ARITHMETIC = " \t+-*/×·÷^()[],.$_`"
+
+
+def _stray_number(text: str, base: int) -> bool:
+    """Whether ``text`` (what follows the answer) holds a number outside the equations it states (a check, a partial
+    sum, whatever their operators): a second answer. One pass: each equation's two sides are set aside, the left back
+    to where its arithmetic begins, the right to the end of its clause."""
+    kept, cursor = [], 0
+    for sign in _equals_signs(text):
+        if sign < cursor:
+            continue
+        left = sign
+        while left > cursor and (text[left - 1] in _ARITHMETIC or text[left - 1] in _digit_chars(base)):
+            left -= 1
+        kept.append(text[cursor:left])
+        cursor = _clause(text, sign + 1, len(text))
+    kept.append(text[cursor:])
+    return bool(_DECIMAL_NUMBER.search("".join(kept)))
+
+
+def _read_line(line: str, question: Question, base: int, expression: str, allow_bare: bool = True) -> Extraction:
     boxes = _boxes(line)
     if len({"".join(content.split()).lower() for _, _, content in boxes}) > 1:
         return Extraction(None, "none: several boxed answers (hedged)")
-    equals = _last_equals(line)
-    keyword = next(reversed(list(_KEYWORD.finditer(line))), None)  # the last one
-    if equals >= 0 and (keyword is None or equals > keyword.start()):
-        rule, start = "equals", equals + 1
-    elif keyword is not None:
-        rule, start = "keyword", keyword.end()
-    elif boxes:
-        rule, start = "boxed", None
-    else:
-        rule, start = "bare", 0
-    # boxed: the box marks the answer wherever it stands (differing boxes were refused above)
-    before, segment = ("", line[boxes[0][0] : boxes[0][1]]) if start is None else (line[:start], line[start:])
-    inside = _inside_lone_box(segment)
-    if inside is not None:
-        before, segment = "", inside
-    found = read_numeral(segment, base, expression, before)
-    if isinstance(found, Extraction):
-        if rule == "bare" and found.rule == "none: no numeral where the answer should be":
-            return Extraction(None, "none: no answer stated")
-        return found
-    return Extraction(found, rule)
+    signs = _equals_signs(line)
+    statements = _equation_statements(line, question, base, signs)
+    statements += _keyword_statements(line, question, base)
+    statements += _box_statements(line, boxes)
+    statements.sort(key=lambda s: (s.answer, s.phrase))
+    boundaries = sorted({s.phrase for s in statements if s.rule != "boxed"} | set(signs))
+    readings: list[tuple[str, str, int]] = []
+    seen: set[int] = set()
+    for statement in statements:
+        if statement.answer in seen and statement.rule != "boxed":
+            continue
+        seen.add(statement.answer)
+        if statement.rule == "boxed":
+            box = next(b for b in boxes if b[0] == statement.phrase)
+            found = _read_box(box[2], question, base, expression)
+            end = box[1]
+        else:
+            # up to the next statement, sign or box after the answer begins, and the end of its clause
+            limit = next((b for b in boundaries if b >= statement.answer), len(line))
+            segment = line[statement.answer : limit]
+            opening = statement.answer + len(segment) - len(segment.lstrip(_MARKUP))
+            box = next((b for b in boxes if b[0] == opening), None)  # the answer is a box: read inside it
+            if box is not None:
+                found = _read_box(box[2], question, base, expression)
+                end = box[1]
+                while end < limit and line[end] in _MARKUP:
+                    end += 1
+                if _inside_lone_box(line[statement.answer : _clause(line, end, limit)]) is None:
+                    found = Extraction(None, "none: text follows the boxed answer")
+            else:
+                end = _clause(line, statement.answer, limit)
+                segment = line[statement.answer : end]
+                if not segment.strip(" \t*_`$\"'") and end == limit and limit < len(line):
+                    continue  # a label that introduces the next statement ("Final Answer: The final answer is")
+                found = read_numeral(
+                    segment, base, expression, line[max(0, statement.answer - EMPHASIS_REACH) : statement.answer]
+                )
+                if isinstance(found, Extraction) and not _DECIMAL_NUMBER.search(segment) and limit < len(line):
+                    continue  # words only before the next statement: a label too
+                if isinstance(found, str) and (segment.rstrip(_MARKUP).endswith("?") or line[end : end + 1] == "?"):
+                    found = Extraction(None, "none: asked, not stated (a question mark follows)")
+        if isinstance(found, str) and _NEGATION.search(line[max(0, statement.phrase - 32) : statement.phrase]):
+            found = Extraction(None, "none: negated")
+        if isinstance(found, Extraction):
+            return found
+        readings.append((found, statement.rule, end))
+    if not readings:
+        if statements and not allow_bare:
+            return Extraction(None, "none: no answer to the question stated")
+        return _bare(line, base, expression, signs) if allow_bare else Extraction(None, "none: no answer stated")
+    if len({_normal(answer) for answer, _, _ in readings}) > 1:
+        return Extraction(None, "none: the line states differing answers (hedged)")
+    answer, rule, end = max(readings, key=lambda reading: reading[2])
+    if _stray_number(line[end:], base):
+        return Extraction(None, "none: a number follows the answer (a second answer?)")
+    return Extraction(answer, rule)
+
+
+def _bare(line: str, base: int, expression: str, signs: list[int]) -> Extraction:
+    """The whole line, where it states nothing about the question."""
+    found = read_numeral(line, base, expression)
+    if isinstance(found, str):
+        return Extraction(found, "bare")
+    if signs:
+        return Extraction(None, "none: no answer to the question stated (its equations are about other expressions)")
+    if found.rule == "none: no numeral where the answer should be":
+        return Extraction(None, "none: no answer stated")
+    return found
+
+
+def extract(text: str, base: int, expression: str) -> Extraction:
+    """The answer the first line states to ``expression`` (the question, as the prompt wrote it), and the rule that
+    found it (or why there is none)."""
+    line = _TEXT_WRAPPER.sub(r"\1", _MATH_DELIMITERS.sub(" ", answer_line(text)))
+    line = _LATEX_TIMES.sub("*", line).strip()
+    if not line:
+        return Extraction(None, "none: empty output")
+    question = Question.of(expression, base)
+    if question is None:
+        raise ValueError(f"{expression!r} is no expression of the tasks' kind")
+    return _read_line(line, question, base, expression)
 
 
 def is_numeral(text: str, base: int) -> bool:
@@ -242,10 +538,11 @@ def is_numeral(text: str, base: int) -> bool:
 
 
 def is_correct(extracted: str | None, gold: str, base: int) -> bool:
-    """Exact match by value (leading zeros and letter case do not matter) of an answer ``extract`` can produce."""
+    """Exact match by value of an answer ``extract`` can produce: digit strings compared, leading zeros and letter
+    case aside (no int(): a numeral of any length is judged)."""
     if extracted is None or not is_numeral(extracted, base) or not is_numeral(gold, base):
         return False
-    return int(extracted, base) == int(gold, base)
+    return _normal(extracted) == _normal(gold)
 
 
 def wilson_interval(correct: int, n: int, confidence: float = 0.95) -> tuple[float, float]:

@@ -1,10 +1,11 @@
 """Paired comparisons: exact McNemar, Newcombe's paired interval, and the matching of problems across series."""
 
 import math
+from dataclasses import replace
 
 import pytest
 
-from harness.compare import compare, mcnemar_exact, paired_comparisons, paired_difference_interval
+from harness.compare import compare, holm_adjusted, mcnemar_exact, paired_comparisons, paired_difference_interval
 from harness.scoring import wilson_interval
 
 
@@ -77,6 +78,43 @@ def test_series_are_compared_problem_by_problem_with_the_first():
         ("m fp32", "m int8"),
         ("m bf16", "m int8"),
     }
-    assert pooled == compare(
+    unadjusted = compare(
         "add", 10, "all", "m fp32", "m bf16", [(i < 6, i < 6) for i in range(10)] + [(i < 2, i >= 8) for i in range(9)]
     )
+    assert pooled == replace(unadjusted, p_holm=pooled.p_holm, family=3), "the family: every test against m fp32"
+
+
+def test_holm_adjusts_each_baselines_family_step_down():
+    """Holm 1979: sorted p_(1) <= ... <= p_(m), adjusted p_(i) = max over j <= i of min(1, (m - j + 1) p_(j)).
+    Against an independent implementation of the textbook procedure, and the rejection it implies."""
+    ps = [0.01, 0.04, 0.03, 0.005, 0.5]
+    rows = [compare("add", 10, str(i), "a", "b", [(True, True)]) for i in range(5)]
+    rows = [replace(row, p_value=p) for row, p in zip(rows, ps, strict=True)]
+    rows.append(replace(compare("add", 10, "1", "b", "c", [(True, True)]), p_value=0.01))  # another baseline
+    adjusted = holm_adjusted(rows)
+    order = sorted(range(5), key=lambda i: ps[i])
+    expected, running = {}, 0.0
+    for rank, i in enumerate(order):
+        running = max(running, min(1.0, (5 - rank) * ps[i]))
+        expected[i] = running
+    assert [row.p_holm for row in adjusted[:5]] == pytest.approx([expected[i] for i in range(5)])
+    assert [round(row.p_holm, 3) for row in adjusted[:5]] == [0.04, 0.09, 0.09, 0.025, 0.5]
+    assert all(row.family == 5 for row in adjusted[:5]) and (adjusted[5].p_holm, adjusted[5].family) == (0.01, 1)
+    raw_significant = sum(p < 0.05 for p in ps)
+    assert raw_significant == 4 and sum(row.p_holm < 0.05 for row in adjusted[:5]) == 2, "two survive adjustment"
+
+
+def test_summary_tables_come_from_counts_not_from_rounded_values(tmp_path):
+    """8 of 9 right: the interval's low end is 0.5650003, which results.csv keeps as 0.5650; printed again at two
+    decimals that reads 0.56, from the count 0.57. A row read back from results.csv is printed from its counts."""
+    from harness.report import summary_markdown
+    from harness.results import read_results, results_csv_text
+    from tests.harness.test_results import _row
+
+    low, high = wilson_interval(8, 9)
+    row = replace(_row(1, n=9), correct=8, accuracy=8 / 9, ci_low=low, ci_high=high)
+    (tmp_path / "results.csv").write_text(results_csv_text([row]))
+    (read_back,), _ = read_results(tmp_path / "results.csv")
+    assert f"{read_back.ci_low:.2f}" == "0.56", "what printing the stored value gave"
+    summary = summary_markdown([read_back], ["python -m harness.eval"])
+    assert "| 0.889 [0.57, 0.98] |" in summary

@@ -140,3 +140,29 @@ def test_a_damaged_samples_line_is_said_and_kept_and_its_cell_named(tmp_path, ca
     assert len((out / "results.csv").read_text().splitlines()) == rows_before, "every row kept"
     assert "not re-scored, kept as they were: 1 cell(s)" in captured.out
     assert f"--out {out}" in captured.out.splitlines()[-1]
+
+
+def test_a_5000_digit_answer_is_scored_in_eval_and_rescore(tmp_path, capsys):
+    """A degenerate output of digits past Python's int-string limit (4,300) once ended harness.eval and rescore at
+    that cell with a traceback; it is a wrong answer like any other."""
+    from harness.backends.scripted import ScriptedBackend
+    from harness.config import build_spec, load_config
+    from harness.eval import evaluate
+
+    name, config = load_config("quick")
+    out = tmp_path / "run"
+    spec = build_spec(
+        name, config, models=["smollm2"], precisions=["fp32"], tasks=["add"], lengths=[1], samples=4, out=out
+    )
+
+    def load(variant, spec):
+        return ScriptedBackend(variant.precision, lambda message, rows: message.splitlines()[-1] + " = " + "7" * 5000)
+
+    evaluate(spec, "python -m harness.eval (scripted)", load=load)
+    sample = json.loads((out / "samples.jsonl").read_text().splitlines()[0])
+    assert sample["extracted"] == "7" * 5000 and sample["correct"] is False
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exit_info:
+        run(main, [str(out)])
+    assert exit_info.value.code == 0
+    assert "rescored 4 answers" in capsys.readouterr().out
