@@ -11,7 +11,6 @@ accuracy against examples seen, a panel per task, a line per length, with Wilson
 
 from __future__ import annotations
 
-import json
 import re
 import sys
 from collections.abc import Sequence
@@ -22,7 +21,7 @@ from harness.cli import ArgParser, input_path, int_list, name_list, output_dir, 
 from harness.config import build_spec, load_config
 from harness.errors import UserError
 from harness.figures import accuracy_axes, figure_png
-from harness.files import atomic_write_bytes
+from harness.files import atomic_write_bytes, read_json
 from harness.results import read_results
 
 GRID = {"add": [1, 2, 3, 4, 5], "iter_add:3": [1, 2], "mul": [1, 2]}
@@ -37,9 +36,12 @@ def snapshots(run_dir: Path) -> list[tuple[int, Path]]:
             points.append((int(match.group(1)), folder))
     final = run_dir / "adapter"
     summary = final / "train_summary.json"
-    if summary.is_file():
-        seen = json.loads(summary.read_text(encoding="utf-8")).get("samples")
-        if isinstance(seen, int) and all(seen != n for n, _ in points):
+    if summary.exists():
+        recorded = read_json(summary, f"{run_dir} is not a finetune.train run whose record can be read")
+        seen = recorded.get("samples")
+        if not isinstance(seen, int) or isinstance(seen, bool) or seen < 0:
+            raise UserError(f"{summary} says no number of training examples ('samples'); it is not finetune.train's")
+        if all(seen != n for n, _ in points):
             points.append((seen, final))
     if not points:
         raise UserError(f"{run_dir} has no adapter snapshots (curve/samples-N); train with train.curve: true")

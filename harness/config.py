@@ -213,11 +213,24 @@ class EvalConfig(StrictModel):
     api_retries: Annotated[
         int, API_RETRIES.field, Field(description="retries of a failed request, with exponential backoff")
     ] = 5
+    api_accept_model: Annotated[
+        str | None,
+        Field(
+            description="model id(s) the server may answer as besides --api-model (comma-separated; a reply from "
+            "any other model is refused), recorded in run.json"
+        ),
+    ] = None
+    api_allow_other_endpoint: Annotated[
+        bool,
+        Field(description="resume a served run against other endpoints than its journal's (rows name both)"),
+    ] = False
 
 
 SETTINGS = ("samples", "seed", "decoding", "base", "batch_size", "backend", "tensor_parallel_size", "invariance_check")
 SETTINGS += ("batch_invariant", "api_base", "api_model", "api_endpoint", "concurrency", "api_timeout", "api_retries")
+SETTINGS += ("api_accept_model", "api_allow_other_endpoint")
 API_SETTINGS = ("api_base", "api_model", "api_endpoint", "concurrency", "api_timeout", "api_retries")
+API_SETTINGS += ("api_accept_model", "api_allow_other_endpoint")
 
 
 def add_setting_flags(parser: argparse.ArgumentParser) -> None:
@@ -289,6 +302,8 @@ class RunSpec:
     concurrency: int = 8
     api_timeout: float = 120.0
     api_retries: int = 5
+    api_accept_model: str | None = None
+    api_allow_other_endpoint: bool = False
     extra: dict = field(default_factory=dict)
 
     @property

@@ -112,7 +112,7 @@ def plan_served(model: ModelSpec, precision: PrecisionSpec, spec: RunSpec) -> Va
     """A model served elsewhere (--backend api): no weights here, no GPU needed here, the precision declared; the
     tokenizer is needed where the prompt is templated here (completions mode). The endpoint answers a preflight
     request now, before any file is written."""
-    from harness.backends.api import Endpoint, parse_bases, preflight
+    from harness.backends.api import Endpoint, Journal, check_resume, parse_bases, preflight
 
     if spec.adapter:
         raise UserError("with --backend api the server applies adapters (serve the model with it); drop --adapter")
@@ -133,9 +133,17 @@ def plan_served(model: ModelSpec, precision: PrecisionSpec, spec: RunSpec) -> Va
         spec.concurrency,
         spec.api_timeout,
         spec.api_retries,
+        tuple(name.strip() for name in (spec.api_accept_model or "").split(",") if name.strip()),
+        spec.api_allow_other_endpoint,
     )
     preflight(endpoint)
+    check_resume(Journal(journal_path(spec), repair=False), endpoint)  # before anything is written
     return Variant(model, precision, None, "api", endpoint)
+
+
+def journal_path(spec: RunSpec) -> Path:
+    """A served run's responses.jsonl, in its run directory."""
+    return Path(spec.out or spec.default_out()) / "responses.jsonl"
 
 
 def tokenizer_model(model: ModelSpec) -> ModelSpec | None:
@@ -340,16 +348,18 @@ def score_cell(backend, cell: Cell, spec: RunSpec, generations, wall: float, tok
 
 def served_fields(backend, sampling: Sampling, generations) -> dict:
     """What a row records about where its outputs came from: loaded here, or a served model's declared precision,
-    endpoint, reported model id, request mode, request parameters and the server's prompt-token count."""
+    the endpoint(s) and model id(s) that answered the cell's requests, request mode, request parameters, the server's
+    prompt-token count and how many replies ran past their budget or first line and were cut."""
     if backend.name != "api":
         return {"precision_source": "loaded", "decoding_params": sampling_params(sampling)}
     return {
         "precision_source": "declared",
-        "endpoint": backend.endpoint.shown(),
-        "served_model": backend.served_model,
+        "endpoint": ",".join(sorted({g.endpoint for g in generations})),
+        "served_model": ",".join(sorted({g.model for g in generations})),
         "request_mode": backend.endpoint.mode,
         "decoding_params": backend.decoding_note(sampling),
         "prompt_tokens": sum(g.prompt_tokens for g in generations),
+        "cut_replies": sum(g.cut for g in generations),
     }
 
 
@@ -371,8 +381,7 @@ def load_variant(variant: Variant, spec: RunSpec):
         owner = tokenizer_model(variant.model)
         local = owner is not None and (owner.source.get("kind") != "hub" or spec.model_path)
         tokenizer = AutoTokenizer.from_pretrained(resolve_weights(owner, spec.model_path)) if local else None
-        journal = Path(spec.out or spec.default_out()) / "responses.jsonl"
-        return APIBackend(variant.endpoint, variant.precision, tokenizer, spec.batch_size, journal)
+        return APIBackend(variant.endpoint, variant.precision, tokenizer, spec.batch_size, journal_path(spec))
     weights = variant_weights(variant.model, variant.precision, spec.model_path)
     return load_backend(
         variant.backend,
@@ -433,6 +442,8 @@ def evaluate(spec: RunSpec, command: str, load=load_variant) -> RunDir | None:
                 progress.set_description(f"loading {variant.label}")
                 backend = load(variant, spec)
                 loaded_for = variant
+                for repair in getattr(backend, "repairs", []):  # a served run's journal, checked as it loads
+                    progress.write(f"repaired {out}: {repair}", file=sys.stderr)
             names = ", ".join(f"{task.label} n={length}" for _, task, length in group)
             progress.set_description(f"{variant.label} {names}")
             cells = run_group(backend, group, spec, progress, processes)

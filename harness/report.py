@@ -107,17 +107,7 @@ def summary_markdown(
             f"{row.footprint_mb:.0f} | "
             f"{sum(speed) / len(speed):.1f} |"
         )
-    declared = [series_label(row) for row in rows if row.precision_source == "declared"]
-    if declared:
-        lines += [
-            "",
-            f"Declared precisions: {', '.join(dict.fromkeys(declared))} ran on a server (--backend api), which "
-            "decides what really runs; their precision is the label the user gave, not weights loaded here. "
-            + "; ".join(
-                f"{series_label(row)}: {row.served_model} at {row.endpoint} ({row.request_mode}; {row.decoding_params})"
-                for row in {series_label(r): r for r in rows if r.precision_source == "declared"}.values()
-            ),
-        ]
+    lines += served_markdown(rows)
     lines += (
         [
             "",
@@ -131,6 +121,38 @@ def summary_markdown(
         + ["```", ""]
     )
     return "\n".join(lines)
+
+
+def served_markdown(rows: Sequence[CellResult]) -> list[str]:
+    """The series a server answered: what answered them (every model id and endpoint over their cells), and the
+    replies cut to their budget or first line; a series answered by several endpoints or models is said as such."""
+    served: dict[str, list[CellResult]] = {}
+    for row in rows:
+        if row.precision_source == "declared":
+            served.setdefault(series_label(row), []).append(row)
+    if not served:
+        return []
+    lines = [
+        "",
+        f"Declared precisions: {', '.join(served)} ran on a server (--backend api), which decides what really runs; "
+        "their precision is the label the user gave, not weights loaded here.",
+        "",
+    ]
+    for name, own in served.items():
+        endpoints = sorted({part for row in own for part in row.endpoint.split(",") if part})
+        models = sorted({part for row in own for part in row.served_model.split(",") if part})
+        cut = sum(row.cut_replies for row in own)
+        several = (
+            " (answered by several endpoints: each row names the ones that answered its cell)"
+            if len(endpoints) > 1
+            else ""
+        )
+        lines.append(
+            f"- {name}: model {', '.join(models)} at {', '.join(endpoints)}{several}; {own[0].request_mode}; "
+            f"{own[0].decoding_params}; {cut} repl{'y' if cut == 1 else 'ies'} cut to the request's budget or first "
+            "line"
+        )
+    return lines
 
 
 def accuracy_cell(row: CellResult) -> str:

@@ -76,6 +76,7 @@ class CellResult:
     prompt_tokens: int = 0  # summed over the cell, as the server counted them (0 where not counted)
     # The machine that computed the cell: an id of run.json's "machines" (CPU instructions, GPU, kernel libraries)
     machine: str = ""
+    cut_replies: int = 0  # served models: replies that ran past the request's budget or first line, cut to them
 
     @property
     def key(self) -> CellKey:
@@ -86,7 +87,7 @@ COLUMNS = [f.name for f in fields(CellResult)]
 # Columns added after run directories were already written; a file without them reads them as "" (not recorded).
 LATER_COLUMNS = {"kernel", "matmul_precision", "flip_k", "flip_outputs", "flip_verdicts", "flip_batch"}
 LATER_COLUMNS |= {"precision_source", "endpoint", "served_model", "request_mode", "decoding_params", "prompt_tokens"}
-LATER_COLUMNS |= {"machine"}
+LATER_COLUMNS |= {"machine", "cut_replies"}
 _INT_COLUMNS = {f.name for f in fields(CellResult) if f.type == "int"}
 _FLOAT_COLUMNS = {f.name for f in fields(CellResult) if f.type == "float"}
 

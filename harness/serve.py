@@ -11,18 +11,23 @@ a prompt at --batch-size 1: the two then answer alike, token for token (--prefix
 prefix: faster, but answers then depend on request order). The server answers one request at a time; to serve N
 requests at once, start N servers on N ports and give harness.eval all of them (--api-base URL1,URL2,...): replicas,
 each request to the least busy one (llama.cpp's own llama-server batches N slots in one process: bench/api.py). With
---api-key the server refuses requests without that key (the client reads it from NUMPREC_API_KEY).
+NUMPREC_API_KEY set (or --api-key-file FILE) the server refuses requests without that key (the client reads it from
+NUMPREC_API_KEY too); a key is never taken from the command line, where every user of the machine can read it. A port
+in use, a host that does not resolve or is not this machine's, and missing weights are one line, before the load.
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import socket
+import sys
 import time
 from collections.abc import Sequence
+from pathlib import Path
 
 from harness.bounds import THREADS, Bound
-from harness.cli import ArgParser, run
+from harness.cli import ArgParser, input_path, run
 from harness.errors import UserError
 
 PORT = Bound(1, 65535, "TCP ports end there")
@@ -112,7 +117,53 @@ def serve(
     uvicorn.run(app, host=host, port=port, log_level="warning")
 
 
+def check_address(host: str, port: int) -> None:
+    """Before the model loads: the host is a name that resolves to an address of this machine, and nothing listens on
+    the port there (uvicorn would only say so in its own log line, exit 3, after the load)."""
+    try:
+        addresses = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except (socket.gaierror, UnicodeError):
+        raise UserError(f"--host {host} is no address or host name this machine can resolve; use 127.0.0.1") from None
+    family, kind, protocol, _, address = addresses[0]
+    with socket.socket(family, kind, protocol) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds: closed connections aside
+        try:
+            probe.bind(address)
+        except OSError as err:
+            if err.errno == errno.EADDRINUSE:
+                raise UserError(f"port {port} on {host} is in use; pass another --port") from None
+            if err.errno == errno.EADDRNOTAVAIL:
+                raise UserError(
+                    f"--host {host} is not an address of this machine; use 127.0.0.1 (or 0.0.0.0)"
+                ) from None
+            if err.errno == errno.EACCES:
+                raise UserError(f"port {port} needs privileges this user lacks; pass a --port above 1023") from None
+            raise UserError(f"cannot listen on {host}:{port}: {err.strerror}") from None
+
+
+def server_key(key_file: Path | None) -> str | None:
+    """The key requests must carry: from --api-key-file, else NUMPREC_API_KEY; never from the command line, which
+    every user of the machine can read in the process list."""
+    if key_file is None:
+        return os.environ.get("NUMPREC_API_KEY") or None
+    try:
+        key = key_file.read_text(encoding="utf-8").strip()
+    except (OSError, UnicodeDecodeError) as err:
+        raise UserError(
+            f"cannot read the key from {key_file}: {getattr(err, 'strerror', None) or 'not UTF-8 text'}"
+        ) from None
+    if not key or len(key.split()) != 1:
+        raise UserError(f"{key_file} must hold the key alone, on one line")
+    return key
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    arguments = sys.argv[1:] if argv is None else list(argv)
+    if any(arg == "--api-key" or arg.startswith("--api-key=") for arg in arguments):
+        raise UserError(
+            "--api-key would put the key in the process list, where every user of this machine reads it; set "
+            "NUMPREC_API_KEY or pass --api-key-file FILE"
+        )
     parser = ArgParser(prog="python -m harness.serve", description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", default="smollm2", help="a registry model with a GGUF file (default smollm2)")
     parser.add_argument("--precision", default="gguf-q4_1", help="a gguf-* precision (default gguf-q4_1)")
@@ -121,7 +172,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--threads", type=THREADS.arg, default=1, help="llama.cpp threads (default 1)")
     parser.add_argument("--context", type=Bound(256, 131_072, "the model's window").arg, default=2048)
     parser.add_argument(
-        "--api-key", default=os.environ.get("NUMPREC_API_KEY") or None, help="refuse requests without this key"
+        "--api-key-file",
+        type=input_path,
+        help="a file holding the key requests must carry (default: NUMPREC_API_KEY, else none)",
     )
     parser.add_argument(
         "--prefix-cache",
@@ -133,12 +186,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     from harness.models import get_model, get_precision
     from harness.weights import variant_weights
 
+    key = server_key(args.api_key_file)
+    check_address(args.host, args.port)
     model = get_model(args.model)
     precision = get_precision(model, args.precision)
     if precision.method != "gguf":
         raise UserError(f"harness.serve serves GGUF files (gguf-* precisions), not {precision.name}")
     gguf = variant_weights(model, precision)
-    serve(gguf, model.name, args.host, args.port, args.threads, args.api_key, args.context, args.prefix_cache)
+    serve(gguf, model.name, args.host, args.port, args.threads, key, args.context, args.prefix_cache)
     return 0
 
 

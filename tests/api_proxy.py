@@ -1,10 +1,13 @@
-"""A small HTTP proxy on 127.0.0.1 that forwards to a real server and injects faults on request, for testing the
-api backend's retries: a status with headers (429 with Retry-After, 500), a dropped connection, a reply slower than
-the client's timeout, a reply that is not JSON. It counts the completion requests it forwarded and answered."""
+"""A small HTTP proxy on 127.0.0.1 that forwards to a real server and makes it misbehave on request, for testing the
+api backend: a status with headers (429 with Retry-After, 500), a dropped connection, a reply slower than the client's
+timeout, a reply that is not JSON, a reply whose text is null, one from another model, one that ignores the stop and
+runs to megabytes, an error that echoes the request's Authorization header, a redirect to another port. It counts the
+completion requests it forwarded and answered, and remembers the Authorization headers it saw."""
 
 from __future__ import annotations
 
 import http.client
+import json
 import socket
 import threading
 import time
@@ -15,12 +18,15 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 class FaultProxy:
     """``with FaultProxy(upstream_port) as proxy:`` then ``proxy.url``; ``proxy.faults.append(fault)`` queues a
     fault for the next completion request, one request each: ("status", code, headers), ("drop",), ("slow", s),
-    ("badjson",)."""
+    ("badjson",), ("nulltext",), ("model", id), ("huge", characters), ("echo_auth",), ("redirect", port).
+    ``proxy.answer_as = id`` makes every completion reply name that model."""
 
     def __init__(self, upstream_port: int):
         self.upstream_port = upstream_port
         self.faults: deque = deque()
         self.forwarded = 0  # completion requests the server answered through the proxy
+        self.answer_as: str | None = None
+        self.authorizations: list[str] = []
         self.lock = threading.Lock()
         proxy = self
 
@@ -39,9 +45,18 @@ class FaultProxy:
 
             def forward(self, body):
                 fault = None
+                with proxy.lock:
+                    proxy.authorizations.append(self.headers.get("Authorization", ""))
                 if body is not None and "completions" in self.path:
                     with proxy.lock:
                         fault = proxy.faults.popleft() if proxy.faults else None
+                if fault and fault[0] == "echo_auth":
+                    echoed = f'{{"error": {{"message": "bad header {self.headers.get("Authorization", "")}"}}}}'
+                    self.reply(500, echoed.encode(), {})
+                    return
+                if fault and fault[0] == "redirect":
+                    self.reply(307, b"", {"Location": f"http://127.0.0.1:{fault[1]}{self.path}"})
+                    return
                 if fault and fault[0] == "drop":
                     self.connection.shutdown(socket.SHUT_RDWR)
                     self.close_connection = True
@@ -68,6 +83,7 @@ class FaultProxy:
                 if body is not None and "completions" in self.path and response.status == 200:
                     with proxy.lock:
                         proxy.forwarded += 1
+                    data = rewritten(data, fault, proxy.answer_as)
                 self.reply(response.status, data, {"Content-Type": response.getheader("Content-Type", "")})
 
             def reply(self, status, data, headers):
@@ -93,3 +109,29 @@ class FaultProxy:
     def __exit__(self, *exc) -> None:
         self.server.shutdown()
         self.server.server_close()
+
+
+def rewritten(data: bytes, fault, answer_as: str | None) -> bytes:
+    """The server's completion reply as the misbehaving server sends it."""
+    kind = fault[0] if fault else None
+    if kind not in ("nulltext", "model", "huge") and answer_as is None:
+        return data
+    reply = json.loads(data)
+    choice = reply["choices"][0]
+    field = "text" if "text" in choice else None
+    if kind == "nulltext":
+        if field:
+            choice["text"] = None
+        else:
+            choice["message"]["content"] = None
+    elif kind == "huge":
+        tail = " and more" + "\nmore lines " * (fault[1] // 12)
+        if field:
+            choice["text"] += tail
+        else:
+            choice["message"]["content"] += tail
+    if kind == "model":
+        reply["model"] = fault[1]
+    elif answer_as is not None:
+        reply["model"] = answer_as
+    return json.dumps(reply).encode()

@@ -541,6 +541,38 @@ RESCORE = [
     ("csv-not-utf8", ["run_csv_latin1"], "results.csv is not UTF-8 text"),
 ]
 
+SERVE = [
+    ("port-0", ["--port", "0"], "--port: must be at least 1"),
+    ("port-huge", ["--port", "70000"], "TCP ports end there"),
+    ("host-unresolvable", ["--host", "no-such-host.invalid"], "no address or host name this machine can resolve"),
+    ("host-not-local", ["--host", "192.0.2.1"], "is not an address of this machine"),  # TEST-NET-1: never routed
+    ("key-on-the-command-line", ["--api-key", "sesame"], "would put the key in the process list"),
+    ("key-on-the-command-line-equals", ["--api-key=sesame"], "NUMPREC_API_KEY or pass --api-key-file"),
+    ("key-file-missing", ["--api-key-file", "gone.key"], "gone.key does not exist"),
+    ("key-file-empty", ["--api-key-file", "a_file"], "must hold the key alone"),
+    ("not-gguf", ["--precision", "fp32"], "serves GGUF files"),
+    ("no-gguf-of-the-model", ["--model", "llama-bf16", "--precision", "gguf-q4_1"], "does not run at gguf-q4_1"),
+    ("model-unknown", ["--model", "gpt-7"], "unknown model 'gpt-7'"),
+]
+
+
+def curve(name: str, summary: bytes | None, fragment: str) -> tuple:
+    return (name, ["--run", "ft_run", "--out", "curve_out"], fragment, ("ft_run/adapter/train_summary.json", summary))
+
+
+CURVE = [
+    ("run-missing", ["--run", "gone", "--out", "c"], "gone does not exist"),
+    ("no-snapshots", ["--run", "empty_dir", "--out", "c"], "has no adapter snapshots"),
+    curve("summary-not-json", b"{", "is not valid JSON"),
+    curve("summary-a-list", b"[1]", "must hold a JSON object, got list"),
+    curve("summary-not-utf8", b'{"samples": "\xe9"}', "is not UTF-8 text"),
+    curve("summary-no-samples", b'{"steps": 3}', "says no number of training examples"),
+    curve("summary-samples-text", b'{"samples": "many"}', "says no number of training examples"),
+    ("samples-0", ["--run", "ft_run", "--out", "c", "--samples", "0"], "--samples: must be at least 1"),
+    ("out-a-file", ["--run", "ft_run", "--out", "a_file"], "is a file"),
+    ("abbreviated", ["--ru", "ft_run"], "--ru is not a flag; write it in full"),
+]
+
 MATRIX = {
     "harness.eval": EVAL,
     "harness.diff": DIFF,
@@ -552,6 +584,8 @@ MATRIX = {
     "scratch.sweep": SCRATCH_SWEEP,
     "harness.quantize": QUANTIZE,
     "bench.run": BENCH,
+    "harness.serve": SERVE,
+    "finetune.curve": CURVE,
 }
 
 
@@ -672,6 +706,10 @@ def make_damaged_inputs(root) -> None:
         "run_csv_foreign": {"results.csv": "name,score\nme,1\n"},
     }
     runs["bench_results_dir"] = {"results.json/": None}
+    snapshot = root / "ft_run" / "curve" / "samples-8"
+    snapshot.mkdir(parents=True)
+    (snapshot / "adapter_model.safetensors").write_bytes(b"")
+    (root / "ft_run" / "adapter").mkdir()
     runs["sweep_foreign"] = {"results.csv": "name,score\nme,1\n"}
     runs["sweep_latin1"] = {"results.csv": b"task,operands\ncaf\xe9\n"}
     runs["sweep_dir"] = {"results.csv/": None}
@@ -745,3 +783,17 @@ def test_an_unwritable_directory_is_refused_before_work(tmp_path, workdir, capsy
         run(importlib.import_module("harness.eval").main, ["--out", str(locked / "run")])
     assert exit_info.value.code == 2
     assert "permission denied" in capsys.readouterr().err
+
+
+def test_serve_on_a_port_in_use_is_one_line(capsys):
+    """uvicorn would say "ERROR: [Errno 98] ..." in its own words and exit 3, after the model loaded."""
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        with pytest.raises(SystemExit) as exit_info:
+            run(importlib.import_module("harness.serve").main, ["--port", str(port)])
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert exit_info.value.code == 2 and lines == [f"error: port {port} on 127.0.0.1 is in use; pass another --port"]

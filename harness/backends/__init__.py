@@ -49,6 +49,11 @@ class Generation:
     text: str  # everything generated up to the stop, special tokens removed
     tokens: int  # generated tokens up to and including the stop
     prompt_tokens: int = 0  # as a server reports them (the api backend); 0 where not counted
+    # a served model's (the api backend): the model id that answered, the endpoint that answered, and whether the
+    # reply ran past the request's budget or first line and was cut to them
+    model: str = ""
+    endpoint: str = ""
+    cut: bool = False
 
 
 @dataclass(frozen=True)

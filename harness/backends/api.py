@@ -14,10 +14,23 @@ request carries its problem's seed and the cell's token budget, and stops at the
 Several base URLs are replicas of one deployment: each request goes to the one with the fewest requests in flight.
 At most --concurrency requests are in flight; the client keeps its connections open and retries 408/409/429/5xx,
 timeouts and dropped connections with exponential backoff and jitter, honouring Retry-After (openai's own retry
-loop); a response that is not valid JSON is retried the same way. Every completed response is appended to the run
-directory's ``responses.jsonl`` as it arrives (keyed by the request), so a crash, Ctrl-C or kill -9 mid-cell loses
-no finished request and a resumed run sends only the missing ones. The API key comes from NUMPREC_API_KEY (or
-OPENAI_API_KEY) and is never written anywhere.
+loop); a reply that is not valid JSON, holds no completion, or whose text is not text (null) is retried the same way.
+
+**What answered is evidence.** Every completed response is appended to the run directory's ``responses.jsonl`` as it
+arrives, keyed by its request, with the model id the server says answered, the endpoint that answered (after any
+redirect) and a digest of request and reply: a crash, Ctrl-C or kill -9 mid-cell loses no finished request, a resumed
+run sends only the missing ones, and an entry edited, repeated with another text or cut short is dropped, said, and
+requested again. A reply from another model than the one asked for is refused (one line, nothing of it kept) unless
+the user declares the id it answers as (``--api-accept-model``; a dated snapshot of the asked name, such as
+``gpt-4o-mini-2024-07-18`` for ``gpt-4o-mini``, is the same model). A run resumed against other endpoints or another
+model than its journal names is refused, unless ``--api-allow-other-endpoint`` says both may answer; each row names
+every model and endpoint that answered its cell, and summary.md lists the series answered by several. A reply that
+ran past the request's token budget or its first line (a server that ignores the stop) is cut to them, as the
+in-process backends stop, and counted per cell (``cut_replies``).
+
+**No key escapes.** The key comes from NUMPREC_API_KEY (or OPENAI_API_KEY); it, and every value of a base URL's query
+string, is replaced by ``***`` in every message printed and every text written (a server that echoes the
+Authorization header in its error, or the key in a completion, included).
 """
 
 from __future__ import annotations
@@ -26,25 +39,31 @@ import hashlib
 import json
 import os
 import random
+import re
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from urllib.parse import urlsplit
+from urllib.parse import parse_qsl, urlsplit
 
 from harness.backends import ChatBackend, Generation, Sampling
 from harness.errors import UserError
+from harness.files import append_lines, atomic_write_bytes, parse_json_line, read_lines
 from harness.models import PrecisionSpec
 
 KEY_VARIABLES = ("NUMPREC_API_KEY", "OPENAI_API_KEY")
 NO_KEY = "not-needed"  # what local servers without a key receive (the client insists on some string)
+MASK = "***"
+_BEARER = re.compile(r"(Bearer|Basic)\s+[^\s\"',;()]+", re.IGNORECASE)
+_SNAPSHOT = re.compile(r"-\d{4}-?\d{2}-?\d{2}$")  # gpt-4o-mini-2024-07-18: a dated snapshot of gpt-4o-mini
 
 
 @dataclass(frozen=True)
 class Endpoint:
-    """Where and how requests go: base URLs (replicas), the served model's name, the request mode, and the
-    client's limits."""
+    """Where and how requests go: base URLs (replicas), the served model's name, the request mode, the client's
+    limits, the model ids the server may answer as besides the asked one, and whether a run may be resumed against
+    other endpoints than its journal's."""
 
     bases: tuple[str, ...]
     model: str
@@ -52,6 +71,8 @@ class Endpoint:
     concurrency: int = 8
     timeout: float = 120.0
     retries: int = 5
+    accept_models: tuple[str, ...] = ()
+    allow_other_endpoint: bool = False
 
     @property
     def takes_top_k(self) -> bool:
@@ -60,8 +81,33 @@ class Endpoint:
 
     def shown(self) -> str:
         """The endpoint for rows and reports: the base URLs without credentials or query."""
-        parts = [urlsplit(base) for base in self.bases]
-        return ",".join(f"{p.scheme}://{p.hostname}{f':{p.port}' if p.port else ''}{p.path}" for p in parts)
+        return ",".join(shown_url(base) for base in self.bases)
+
+    def accepts(self, answered: str | None) -> bool:
+        """Whether a reply from model id ``answered`` is one from the asked model (None: the server did not say)."""
+        if not answered or answered == self.model or answered in self.accept_models:
+            return True
+        return _SNAPSHOT.sub("", answered) == self.model
+
+    @property
+    def secrets(self) -> tuple[str, ...]:
+        """What must never be printed or written: the key, and every value of a base URL's query string."""
+        found = [api_key()] if api_key() != NO_KEY else []
+        for base in self.bases:
+            found += [value for _, value in parse_qsl(urlsplit(base).query) if len(value) >= 3]
+        return tuple(sorted(set(found), key=len, reverse=True))
+
+    def redact(self, text: str) -> str:
+        """``text`` with every secret, and whatever follows "Bearer", replaced by ***."""
+        for secret in self.secrets:
+            text = text.replace(secret, MASK)
+        return _BEARER.sub(lambda match: f"{match[1]} {MASK}", text)
+
+
+def shown_url(url: str) -> str:
+    """scheme://host[:port]/path: a URL without credentials, query or fragment."""
+    parts = urlsplit(url)
+    return f"{parts.scheme}://{parts.hostname}{f':{parts.port}' if parts.port else ''}{parts.path.rstrip('/')}"
 
 
 def api_key() -> str:
@@ -78,23 +124,26 @@ def clients(endpoint: Endpoint):
     ]
 
 
-def what_went_wrong(err: Exception, base: str) -> str:
+def what_went_wrong(err: Exception, base: str, endpoint: Endpoint) -> str:
     """One line for an API failure that retries did not cure, never echoing the key."""
     import openai
 
+    base = shown_url(base)
     if isinstance(err, openai.AuthenticationError):
-        return f"{base} refused the API key (401); set NUMPREC_API_KEY (or OPENAI_API_KEY) to a key it accepts"
-    if isinstance(err, openai.PermissionDeniedError):
-        return f"{base} denied access (403) with this API key"
-    if isinstance(err, openai.NotFoundError):
-        return f"{base} has no such model or route (404): check --api-model and --api-base (it ends in /v1)"
-    if isinstance(err, openai.APITimeoutError):
-        return f"{base} did not answer within the timeout, retries spent; raise --api-timeout or --api-retries"
-    if isinstance(err, openai.APIConnectionError):
-        return f"cannot reach {base} (connection failed, retries spent); is the server running?"
-    if isinstance(err, openai.APIStatusError):
-        return f"{base} answered {err.status_code} ({str(err.message).splitlines()[0][:120]}), retries spent"
-    return f"{base}: {type(err).__name__} ({str(err).splitlines()[0][:120] if str(err) else ''}), retries spent"
+        line = f"{base} refused the API key (401); set NUMPREC_API_KEY (or OPENAI_API_KEY) to a key it accepts"
+    elif isinstance(err, openai.PermissionDeniedError):
+        line = f"{base} denied access (403) with this API key"
+    elif isinstance(err, openai.NotFoundError):
+        line = f"{base} has no such model or route (404): check --api-model and --api-base (it ends in /v1)"
+    elif isinstance(err, openai.APITimeoutError):
+        line = f"{base} did not answer within the timeout, retries spent; raise --api-timeout or --api-retries"
+    elif isinstance(err, openai.APIConnectionError):
+        line = f"cannot reach {base} (connection failed, retries spent); is the server running?"
+    elif isinstance(err, openai.APIStatusError):
+        line = f"{base} answered {err.status_code} ({str(err.message).splitlines()[0][:120]}), retries spent"
+    else:
+        line = f"{base}: {type(err).__name__} ({str(err).splitlines()[0][:120] if str(err) else ''}), retries spent"
+    return endpoint.redact(line)
 
 
 def preflight(endpoint: Endpoint) -> str:
@@ -106,41 +155,108 @@ def preflight(endpoint: Endpoint) -> str:
         try:
             served = [model.id for model in client.with_options(max_retries=1, timeout=30).models.list()]
         except openai.OpenAIError as err:
-            raise UserError(what_went_wrong(err, base)) from None
+            raise UserError(what_went_wrong(err, base, endpoint)) from None
         if served and endpoint.model not in served:
             names = ", ".join(served[:8]) + (" ..." if len(served) > 8 else "")
-            raise UserError(f"{base} does not serve a model named {endpoint.model!r}; it serves: {names}")
+            raise UserError(
+                endpoint.redact(
+                    f"{shown_url(base)} does not serve a model named {endpoint.model!r}; it serves: {names}"
+                )
+            )
     return endpoint.model
-
-
-class Journal:
-    """responses.jsonl: one line per completed request (its key, text, finish reason, token usage, the model id the
-    server reported), appended and flushed as each arrives; read back (damaged lines skipped) on resume."""
-
-    def __init__(self, path: Path | None):
-        self.path, self.lock, self.done = path, threading.Lock(), {}
-        if path is None or not path.exists():
-            return
-        for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
-            try:
-                record = json.loads(line)
-                if isinstance(record, dict) and isinstance(record.get("text"), str) and record.get("key"):
-                    self.done[record["key"]] = record
-            except ValueError:
-                continue  # a line cut by a kill
-
-    def add(self, record: dict) -> None:
-        self.done[record["key"]] = record
-        if self.path is None:
-            return
-        with self.lock, open(self.path, "a", encoding="utf-8") as handle:
-            handle.write(json.dumps(record, ensure_ascii=False) + "\n")
-            handle.flush()
-            os.fsync(handle.fileno())
 
 
 def request_key(request: dict) -> str:
     return hashlib.sha256(json.dumps(request, sort_keys=True, ensure_ascii=False).encode()).hexdigest()[:32]
+
+
+# What a journal entry's digest covers: its request's key and everything the reply said.
+REPLY_FIELDS = ("key", "text", "finish_reason", "prompt_tokens", "completion_tokens", "model", "asked", "endpoint")
+REPLY_FIELDS += ("reply_chars", "cut")
+
+
+def entry_digest(entry: dict) -> str:
+    text = json.dumps({name: entry.get(name) for name in REPLY_FIELDS}, sort_keys=True, ensure_ascii=False)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
+
+
+class Journal:
+    """responses.jsonl: one line per completed request, appended and synced as each arrives, checked when read back:
+    an entry that is no entry (cut by a kill, garbage), was edited (its digest differs or is gone) or repeats a key
+    with another reply is dropped, its request sent again, and the repair said in ``repairs``. A journal written
+    before entries carried digests (none has one) is read as it is and given them."""
+
+    def __init__(self, path: Path | None, repair: bool = True):
+        """Read ``path``; with ``repair`` (the backend's own reading) a journal that needed repairs is rewritten
+        without the dropped entries; without (a check before any file is written), nothing is."""
+        self.path, self.lock, self.done, self.repairs = path, threading.Lock(), {}, []
+        if path is None or not path.exists():
+            return
+        entries, damaged = [], 0
+        for raw, line in read_lines(path):
+            entry = parse_json_line(line) if line is not None else None
+            if not (
+                isinstance(entry, dict) and isinstance(entry.get("key"), str) and isinstance(entry.get("text"), str)
+            ):
+                damaged += raw.strip() != b""
+                continue
+            entries.append(entry)
+        legacy = bool(entries) and not any("digest" in entry for entry in entries)
+        edited, by_key = 0, {}
+        for entry in entries:
+            if legacy:
+                entry = {**entry, "digest": entry_digest(entry)}
+            if entry.get("digest") != entry_digest(entry):
+                edited += 1
+                continue
+            by_key.setdefault(entry["key"], []).append(entry)
+        repeated = 0
+        for key, found in by_key.items():
+            if len({entry["digest"] for entry in found}) > 1:  # one request, two replies: which is the evidence?
+                repeated += len(found)
+                continue
+            self.done[key] = found[0]
+        for count, what in ((damaged, "damaged"), (edited, "edited"), (repeated, "repeated with another reply")):
+            if count:
+                self.repairs.append(f"{count} {what} response(s) of responses.jsonl dropped; requested again")
+        if legacy:
+            self.repairs.append(f"responses written before they carried digests: a digest added to {len(entries)}")
+        if self.repairs and repair:
+            kept = "".join(json.dumps(entry, ensure_ascii=False) + "\n" for entry in self.done.values())
+            atomic_write_bytes(path, kept.encode("utf-8"))
+
+    def add(self, record: dict) -> None:
+        record = {**record, "digest": entry_digest(record)}
+        with self.lock:
+            self.done[record["key"]] = record
+            if self.path is not None:
+                append_lines(self.path, [json.dumps(record, ensure_ascii=False) + "\n"])
+
+    def answered_by(self) -> tuple[set[str], set[str]]:
+        """(the endpoints, the models asked) of every entry: where and of what this run asked before."""
+        endpoints = {entry["endpoint"] for entry in self.done.values() if entry.get("endpoint")}
+        asked = {entry["asked"] for entry in self.done.values() if entry.get("asked")}
+        return endpoints, asked
+
+
+def check_resume(journal: Journal, endpoint: Endpoint) -> list[str]:
+    """A run resumed against other endpoints or another model than its journal's is refused in one line, unless
+    ``allow_other_endpoint``; then the other endpoints are returned, to be said."""
+    before, asked = journal.answered_by()
+    now = {shown_url(base) for base in endpoint.bases}
+    others = sorted(before - now)
+    if asked and endpoint.model not in asked:
+        raise UserError(
+            f"this run's responses were asked of model {sorted(asked)[0]!r}, not {endpoint.model!r}: a cell would mix "
+            "two models; pass the run's --api-model, or another --out"
+        )
+    if others and not endpoint.allow_other_endpoint:
+        raise UserError(
+            f"this run's responses came from {', '.join(others)}, not from {', '.join(sorted(now))}: a cell would mix "
+            "two servers; give the same --api-base, or --api-allow-other-endpoint to let both answer (rows and "
+            "summary.md then name both), or another --out"
+        )
+    return others
 
 
 class APIBackend(ChatBackend):
@@ -166,7 +282,14 @@ class APIBackend(ChatBackend):
         self._in_flight = [0] * len(self._clients)
         self._pick = threading.Lock()
         self.journal = Journal(journal)
+        self.other_endpoints = check_resume(self.journal, endpoint)
         self.usage = {"prompt_tokens": 0, "completion_tokens": 0}
+        # no token is longer than this many characters: a reply is cut to budget x this before it is tokenized
+        self._token_chars = max((len(t) for t in tokenizer.get_vocab()), default=64) if tokenizer else 1
+
+    @property
+    def repairs(self) -> list[str]:
+        return self.journal.repairs
 
     @property
     def kernel(self) -> str:
@@ -230,7 +353,16 @@ class APIBackend(ChatBackend):
             self.usage["prompt_tokens"] += record.get("prompt_tokens", 0)
             self.usage["completion_tokens"] += record.get("completion_tokens", 0)
             tokens = record.get("completion_tokens") or max(1, self.count_tokens(record["text"]))
-            out.append(Generation(text=record["text"], tokens=tokens, prompt_tokens=record.get("prompt_tokens", 0)))
+            out.append(
+                Generation(
+                    text=record["text"],
+                    tokens=tokens,
+                    prompt_tokens=record.get("prompt_tokens", 0),
+                    model=record.get("model") or "(not reported)",
+                    endpoint=record.get("endpoint") or self.endpoint.shown(),
+                    cut=bool(record.get("cut")),
+                )
+            )
         return out
 
     def _complete_unless(self, stop: threading.Event, body: dict, key: str) -> None:
@@ -245,18 +377,29 @@ class APIBackend(ChatBackend):
             raise
 
     def _complete(self, body: dict, key: str) -> None:
-        """One problem's completion (continued while its first line is still blank), journaled when complete."""
-        text, prompt_tokens, completion_tokens, finish, model = "", 0, 0, None, self.served_model
+        """One problem's completion (continued while its first line is still blank), checked, cut to the request's
+        budget and first line, and journaled."""
+        text, prompt_tokens, completion_tokens, finish, model, where = "", 0, 0, None, None, ""
         request = dict(body)
         while True:
-            response = self._send(request)
+            response, where = self._send(request)
             choice = response.choices[0]
-            piece = choice.text if self.endpoint.mode == "completions" else (choice.message.content or "")
+            answered = getattr(response, "model", None)
+            if not self.endpoint.accepts(answered):
+                raise UserError(
+                    self.endpoint.redact(
+                        f"{where} answered as model {answered!r}, not the {self.endpoint.model!r} asked for: "
+                        f"nothing of it is kept; if the server serves {self.endpoint.model!r} under that id, "
+                        f"pass --api-accept-model {answered}"
+                    )
+                )
+            model = answered or model
+            piece = choice.text if self.endpoint.mode == "completions" else choice.message.content
             text += piece
             usage = getattr(response, "usage", None)
             prompt_tokens += getattr(usage, "prompt_tokens", 0) or 0
             completion_tokens += getattr(usage, "completion_tokens", 0) or 0
-            finish, model = choice.finish_reason, getattr(response, "model", None) or model
+            finish = choice.finish_reason
             budget_left = body["max_tokens"] - completion_tokens
             blank = not text.strip()
             if not (blank and finish == "stop" and self.endpoint.mode == "completions" and budget_left > 0):
@@ -265,20 +408,41 @@ class APIBackend(ChatBackend):
             # after the newline, as the in-process backends do (their stop rule skips leading blank lines).
             text += "\n"
             request = {**body, "prompt": body["prompt"] + text, "max_tokens": budget_left}
+        kept = self._cut(text, body["max_tokens"])
         self.journal.add(
             {
                 "key": key,
-                "text": text,
+                "text": self.endpoint.redact(kept),
                 "finish_reason": finish,
                 "prompt_tokens": prompt_tokens,
-                "completion_tokens": completion_tokens,
+                "completion_tokens": min(completion_tokens, body["max_tokens"]) if kept != text else completion_tokens,
                 "model": model,
+                "asked": self.endpoint.model,
+                "endpoint": where,
+                "reply_chars": len(text),
+                "cut": kept != text,
             }
         )
 
+    def _cut(self, text: str, budget: int) -> str:
+        """``text`` as an in-process backend would have stopped it: at the end of its first non-blank line, and at
+        the request's token budget."""
+        start = len(text) - len(text.lstrip())
+        newline = text.find("\n", start)
+        if newline >= 0:
+            text = text[: newline + 1]
+        if self.tokenizer is None:
+            return text[:budget]
+        head = text[: budget * self._token_chars]
+        ids = self.tokenizer(head, add_special_tokens=False)["input_ids"]
+        if len(ids) <= budget and head == text:
+            return text
+        return self.tokenizer.decode(ids[:budget])
+
     def _send(self, request: dict):
-        """One request to the least busy replica. openai's client retries what HTTP can say went wrong; a reply
-        that is not valid JSON (or not a completion) is retried here the same way (backoff with jitter)."""
+        """One request to the least busy replica: (the parsed reply, the endpoint that answered it, after any
+        redirect). openai's client retries what HTTP can say went wrong; a reply that is not valid JSON, not a
+        completion, or whose text is not text, is retried here the same way (backoff with jitter)."""
         import openai
 
         with self._pick:
@@ -287,30 +451,51 @@ class APIBackend(ChatBackend):
         client, base = self._clients[replica], self.endpoint.bases[replica]
         extra = {name: request[name] for name in ("top_k", "repeat_penalty") if name in request}
         body = {name: value for name, value in request.items() if name not in extra}
+        create = client.chat.completions if self.endpoint.mode == "chat" else client.completions
         try:
             for attempt in range(self.endpoint.retries + 1):
                 try:
-                    if self.endpoint.mode == "chat":
-                        response = client.chat.completions.create(**body, extra_body=extra or None)
-                    else:
-                        response = client.completions.create(**body, extra_body=extra or None)
+                    raw = create.with_raw_response.create(**body, extra_body=extra or None)
+                    response = raw.parse()
                     if not getattr(response, "choices", None):
                         raise ValueError("a reply with no choices")
-                    return response
-                except (openai.APIResponseValidationError, ValueError) as err:
+                    choice = response.choices[0]
+                    piece = choice.text if self.endpoint.mode == "completions" else choice.message.content
+                    if not isinstance(piece, str):
+                        raise ValueError(f"a reply whose text is {type(piece).__name__}, not text")
+                    return response, answered_at(str(raw.http_response.url), base)
+                except (openai.APIResponseValidationError, ValueError, TypeError, AttributeError) as err:
                     if attempt == self.endpoint.retries:
                         raise UserError(
-                            f"{base} kept answering with invalid JSON ({type(err).__name__}), retries spent"
+                            self.endpoint.redact(
+                                f"{shown_url(base)} kept answering with invalid replies ({type(err).__name__}: "
+                                f"{str(err).splitlines()[0][:80] if str(err) else ''}), retries spent"
+                            )
                         ) from None
                     time.sleep(min(0.5 * 2**attempt, 8.0) * (1 - 0.25 * random.random()))
                 except openai.OpenAIError as err:
                     raise UserError(
-                        what_went_wrong(err, base) + "; finished requests are saved: rerun to resume"
+                        what_went_wrong(err, base, self.endpoint) + "; finished requests are saved: rerun to resume"
                     ) from None
         finally:
             with self._pick:
                 self._in_flight[replica] -= 1
         raise AssertionError("unreachable")
+
+
+def answered_at(url: str, base: str) -> str:
+    """The endpoint (base URL, shown) a request was answered at: its base, or where a redirect took it (the request's
+    URL less the route the client added to the base)."""
+    route = urlsplit(url).path
+    base_path = urlsplit(base).path.rstrip("/")
+    if shown_url(url).startswith(shown_url(base)):
+        return shown_url(base)
+    for suffix in ("/chat/completions", "/completions"):
+        if route.endswith(suffix):
+            route = route[: -len(suffix)]
+            break
+    parts = urlsplit(url)
+    return shown_url(f"{parts.scheme}://{parts.netloc}{route or base_path}")
 
 
 def parse_bases(text: str) -> tuple[str, ...]:
@@ -321,7 +506,10 @@ def parse_bases(text: str) -> tuple[str, ...]:
     for base in bases:
         parts = urlsplit(base)
         if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise ValueError(f"{base!r} is not an http(s) URL like http://127.0.0.1:8000/v1")
+            raise ValueError(
+                f"{shown_url(base) if parts.hostname else '(the URL)'} is not an http(s) URL like "
+                "http://127.0.0.1:8000/v1"
+            )
         if parts.username or parts.password:
             raise ValueError("put the API key in NUMPREC_API_KEY, not in the URL (it would be recorded)")
     if len(set(bases)) < len(bases):
