@@ -22,7 +22,7 @@ def quick_grid_problems(count: int) -> list[dict]:
     """``count`` problems spread evenly over the quick grid's cells, chat-templated once for every engine."""
     from transformers import AutoTokenizer
 
-    from harness.eval import max_new_tokens
+    from harness.answers import FIRST_LINE
     from harness.models import get_model
     from harness.prompts import TEMPLATE_FOR_TASK, user_message
     from harness.weights import resolve_weights
@@ -32,7 +32,7 @@ def quick_grid_problems(count: int) -> list[dict]:
     cells = [(task, length) for task, lengths in spec.grid for length in lengths]
     tokenizer = AutoTokenizer.from_pretrained(resolve_weights(get_model("smollm2")))
 
-    class Counter:  # max_new_tokens() asks a backend for token counts; the tokenizer is all it needs
+    class Counter:  # the answer mode's budget counts tokens; the tokenizer is all it needs
         @staticmethod
         def count_tokens(text: str) -> int:
             return len(tokenizer(text, add_special_tokens=False)["input_ids"])
@@ -40,7 +40,7 @@ def quick_grid_problems(count: int) -> list[dict]:
     problems = []
     for position, (task, length) in enumerate(cells):
         share = count // len(cells) + (position < count % len(cells))
-        budget = max_new_tokens(Counter, task, spec.base, length)
+        budget = FIRST_LINE.budget(task, spec.base, length, Counter.count_tokens)
         for problem in generate(task, spec.base, length, share, spec.seed):
             prompt = tokenizer.apply_chat_template(
                 [{"role": "user", "content": user_message(problem)}], tokenize=False, add_generation_prompt=True

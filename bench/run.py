@@ -23,6 +23,8 @@ Writes DIR/results.json and DIR/results.md. Shared machines are noisy: every fig
            loop does (the output head's logits and their argmax), which bounds any loop's speedup (bench/decode.py).
 6. api     the quick grid through llama.cpp's server (the api backend) at concurrency 1 and 8, against the
            in-process llamacpp backend: prompts/s and the per-request overhead of HTTP (bench/api.py).
+7. rundir  the bytes written to finish a run directory at the paper grid's shape against its files' size, and the
+           wall time, through the scripted backend (bench/rundir.py).
 """
 
 from __future__ import annotations
@@ -40,7 +42,9 @@ import harness  # noqa: F401  (thread settings before torch loads)
 from bench.api import api_markdown, bench_api
 from bench.common import log, median, quick_grid_problems
 from bench.decode import bench_decode, decode_markdown
+from bench.rundir import bench_rundir, rundir_markdown
 from bench.train import bench_train, train_markdown
+from harness.answers import FIRST_LINE
 from harness.bounds import BATCH_SIZE, REPEATS, THREADS, Bound
 from harness.cli import ArgParser, command_line, name_list, output_dir, run
 from harness.errors import UserError
@@ -48,7 +52,7 @@ from harness.files import read_json
 from harness.lock import DirectoryLock
 from harness.problems import generate
 
-SECTIONS = ("eval", "train", "data", "memory", "loop", "api")
+SECTIONS = ("eval", "train", "data", "memory", "loop", "api", "rundir")
 PROBLEMS = Bound(1, 100_000, "timed passes over more problems only take longer; 200 give a stable rate")
 MEMORY_PRECISIONS = ("fp32", "bf16", "int8", "nf4", "gguf-q8_0", "gguf-q4_1", "gptq-w4")
 
@@ -79,11 +83,6 @@ def run_engine(
     if result.returncode != 0:
         raise RuntimeError(f"{engine} {precision} failed:\n{result.stderr[-3000:]}")
     return json.loads(out.read_text())
-
-
-def answer_line(text: str) -> str:
-    """The part every engine's stop rule agrees on: the first non-blank line."""
-    return next((line.strip() for line in text.splitlines() if line.strip()), "")
 
 
 def bench_eval(count: int, repeats: int, threads: int, batch_size: int, work: Path) -> dict:
@@ -131,7 +130,7 @@ def bench_eval(count: int, repeats: int, threads: int, batch_size: int, work: Pa
             "footprint_mb": results[0]["footprint_mb"],
         }
     ours, theirs = rounds["numprec"][0]["outputs"], rounds["lm-eval"][0]["outputs"]
-    same = [answer_line(a) == answer_line(b) for a, b in zip(ours, theirs, strict=True)]
+    same = [FIRST_LINE.answer_text(a) == FIRST_LINE.answer_text(b) for a, b in zip(ours, theirs, strict=True)]
     summary["identical_outputs"] = sum(same)
     summary["identical_outputs_of"] = len(same)
     summary["differing_examples"] = [
@@ -359,6 +358,8 @@ def markdown(results: dict) -> str:
         lines += decode_markdown("The decode loop's overhead", results["loop"])
     if "api" in results:
         lines += api_markdown(results["api"])
+    if "rundir" in results:
+        lines += rundir_markdown(results["rundir"])
     return "\n".join(lines)
 
 
@@ -407,6 +408,7 @@ def read_results_json(path: Path) -> dict:
         raise UserError(f"{err}; {remedy}") from None
     runs = results.get("runs", [])
     shapes = {"eval": dict, "eval_gpu": dict, "train": dict, "data": list, "memory": list, "loop": dict, "api": dict}
+    shapes["rundir"] = dict
     problem = None
     if not isinstance(runs, list) or not all(
         isinstance(run, dict) and isinstance(run.get("command"), str) and isinstance(run.get("sections"), list)
@@ -462,6 +464,8 @@ def bench(args, sections: list[str], command: str) -> int:
                 results["loop"] = bench_decode("tiny", args.device, args.repeats, args.threads)
             elif section == "api":
                 results["api"] = bench_api(args.repeats, args.threads)
+            elif section == "rundir":
+                results["rundir"] = bench_rundir()
             # Written after every section: a crash later loses nothing measured.
             path.write_text(json.dumps(results, indent=2) + "\n")
             (args.out / "results.md").write_text(markdown(results))

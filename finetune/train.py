@@ -29,7 +29,7 @@ from pydantic import AfterValidator, model_validator
 from finetune.data import SCALE, check_task
 from harness.bounds import BATCH_SIZE, LEARNING_RATE, PROBABILITY, SEED, STEPS, WEIGHT_DECAY, Bound, unique
 from harness.cli import ArgParser, command_line, input_path, output_dir, run
-from harness.config import StrictModel, load_yaml_model
+from harness.configfiles import StrictModel, load_yaml_model
 from harness.errors import UserError, one_line
 from harness.files import follow_umask, read_json
 from harness.lock import DirectoryLock

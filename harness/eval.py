@@ -27,9 +27,9 @@ from harness.config import SETTINGS, RunSpec, add_setting_flags, build_spec, loa
 from harness.errors import UserError
 from harness.evidence import sample_digest
 from harness.machine import describe
-from harness.models import ModelSpec, PrecisionSpec, get_model, get_precision
+from harness.models import EndpointSource, ModelSpec, PrecisionSpec, get_model, get_precision
 from harness.parallel import Processes
-from harness.problems import DIGITS, Task, generate
+from harness.problems import Task, generate
 from harness.prompts import TEMPLATE_FOR_TASK, user_message
 from harness.report import write_reports
 from harness.results import CellResult, cell_key
@@ -44,6 +44,11 @@ from harness.weights import (
     runtime_adapter,
     variant_weights,
 )
+
+# Reports (summary, plots, comparisons, anatomy) are made again at most this often while a run goes, and at its end:
+# drawing them after every cell took 94% of a paper-grid run's time on the scripted backend, and rewrote its plots
+# 160 times.
+REPORT_EVERY = 60.0
 
 
 @dataclass
@@ -95,12 +100,12 @@ def plan_variants(spec: RunSpec) -> list[Variant]:
                 f"{model.name} evaluates a fine-tuned adapter; pass --adapter PATH (made by python -m finetune.train)"
             )
         if spec.adapter:
-            if model.source.get("kind") == "adapter":
+            if model.kind == "adapter":
                 raise UserError(
-                    f"{model.name} is {model.source['base']} with its own adapter already; evaluate another "
-                    f"adapter on the base: --model {model.source['base']} --adapter {spec.adapter}"
+                    f"{model.name} is {model.source.base} with its own adapter already; evaluate another "
+                    f"adapter on the base: --model {model.source.base} --adapter {spec.adapter}"
                 )
-            local = model.source.get("kind") != "hub" or spec.model_path
+            local = model.kind != "hub" or spec.model_path
             check_adapter_dir(
                 Path(spec.adapter), (lambda m=model: resolve_weights(m, spec.model_path)) if local else None
             )
@@ -116,19 +121,19 @@ def plan_served(model: ModelSpec, precision: PrecisionSpec, spec: RunSpec) -> Va
 
     if spec.adapter:
         raise UserError("with --backend api the server applies adapters (serve the model with it); drop --adapter")
-    source = model.source if model.source.get("kind") == "endpoint" else {}
-    mode = source.get("mode", spec.api_endpoint)
+    source = model.source if isinstance(model.source, EndpointSource) else None
+    mode = source.mode if source else spec.api_endpoint
     local = tokenizer_model(model)
     if mode == "completions":
-        if local is None or (local.source.get("kind") == "hub" and not spec.model_path):
+        if local is None or (local.kind == "hub" and not spec.model_path):
             raise UserError(
                 f"--api-endpoint completions applies {model.name}'s chat template here, from its tokenizer; pass "
                 "--model-path DIR with it, or use --api-endpoint chat (the server's template)"
             )
         check_weights(local, spec.model_path)
     endpoint = Endpoint(
-        parse_bases(spec.api_base or source.get("base", "")),
-        spec.api_model or source.get("model") or model.name,
+        parse_bases(spec.api_base or (source.base if source else "")),
+        spec.api_model or (source.model if source else model.name),
         mode,
         spec.concurrency,
         spec.api_timeout,
@@ -149,18 +154,9 @@ def journal_path(spec: RunSpec) -> Path:
 def tokenizer_model(model: ModelSpec) -> ModelSpec | None:
     """The registry model whose tokenizer (and chat template) a served model's prompts are made with: a served
     entry's ``tokenizer``, or the model itself when it is a local one."""
-    if model.source.get("kind") != "endpoint":
+    if not isinstance(model.source, EndpointSource):
         return model
-    name = model.source.get("tokenizer")
-    return get_model(name) if name else None
-
-
-def max_new_tokens(backend, task: Task, base: int, length: int) -> int:
-    """Room for the longest answer, after an echo of the longest expression ('a + b = s'), plus a few words."""
-    top = DIGITS[base - 1] * length
-    expression = f" {task.operator} ".join([top] * task.operands)
-    answer = DIGITS[base - 1] * task.max_answer_digits(base, length)
-    return backend.count_tokens(f"{expression} = {answer}") + 12
+    return get_model(model.source.tokenizer) if model.source.tokenizer else None
 
 
 @dataclass
@@ -206,7 +202,7 @@ def run_group(
         cell.prompts = [backend.chat_prompt(user_message(problem)) for problem in cell.problems]
         cell_seed = zlib.crc32(f"{spec.seed}|{task.label}|{spec.base}|{length}".encode())
         cells.append(cell)
-        budgets += [max_new_tokens(backend, task, spec.base, length)] * len(cell.problems)
+        budgets += [spec.answer.budget(task, spec.base, length, backend.count_tokens)] * len(cell.problems)
         seeds += row_seeds(cell_seed, len(cell.problems))  # a cell's samples do not depend on its group
     started = time.perf_counter()
     mine = backend.generate(
@@ -216,6 +212,7 @@ def run_group(
         seed=seeds,
         on_batch=progress.update,
         shard=processes.shard,
+        answer=spec.answer,
     )
     generations = processes.gather(mine)
     wall = time.perf_counter() - started
@@ -266,11 +263,12 @@ def invariance_check(
             Sampling.named(spec.decoding),
             seed=[seeds[i] for i in rows],
             batch_size=len(rows),
+            answer=spec.answer,
         )[0]
         problem, before = cell.problems[index], samples[index]
         progress.update(1)
         outputs += again.text != before["output"]
-        answer = extract(again.text, spec.base, problem.expression).answer
+        answer = extract(again.text, spec.base, problem.expression, spec.answer).answer
         verdicts += is_correct(answer, problem.answer, spec.base) != before["correct"]
     flip_batch = ",".join(str(size) for size in sorted(sizes))
     return replace(row, flip_k=k, flip_outputs=outputs, flip_verdicts=verdicts, flip_batch=flip_batch)
@@ -290,7 +288,7 @@ def score_cell(backend, cell: Cell, spec: RunSpec, generations, wall: float, tok
     }
     samples, correct, no_answer = [], 0, 0
     for problem, prompt, generation in zip(problems, prompts, generations, strict=True):
-        extraction = extract(generation.text, spec.base, problem.expression)
+        extraction = extract(generation.text, spec.base, problem.expression, spec.answer)
         answer = extraction.answer
         hit = is_correct(answer, problem.answer, spec.base)
         correct += hit
@@ -373,15 +371,19 @@ def load_variant(variant: Variant, spec: RunSpec):
     """The variant's weights, loaded into its backend."""
     from harness.backends import load_backend
 
-    if variant.backend == "api":
-        from transformers import AutoTokenizer
-
-        from harness.backends.api import APIBackend
-
+    if variant.backend == "api":  # the weights are the server's; here only the tokenizer that templates prompts
         owner = tokenizer_model(variant.model)
-        local = owner is not None and (owner.source.get("kind") != "hub" or spec.model_path)
-        tokenizer = AutoTokenizer.from_pretrained(resolve_weights(owner, spec.model_path)) if local else None
-        return APIBackend(variant.endpoint, variant.precision, tokenizer, spec.batch_size, journal_path(spec))
+        local = owner is not None and (owner.kind != "hub" or spec.model_path)
+        tokenizer = resolve_weights(owner, spec.model_path) if local else None
+        return load_backend(
+            "api",
+            tokenizer,
+            variant.precision,
+            None,
+            spec.batch_size,
+            endpoint=variant.endpoint,
+            journal=journal_path(spec),
+        )
     weights = variant_weights(variant.model, variant.precision, spec.model_path)
     return load_backend(
         variant.backend,
@@ -434,6 +436,7 @@ def evaluate(spec: RunSpec, command: str, load=load_variant) -> RunDir | None:
         disable=not todo or not processes.is_main,
     )
     backend, loaded_for = None, None
+    reported = time.monotonic()
     try:
         for group in plan_groups(todo, spec):
             variant = group[0][0]
@@ -458,7 +461,9 @@ def evaluate(spec: RunSpec, command: str, load=load_variant) -> RunDir | None:
                     f"n={row.length:<3} {row.correct:>4}/{row.n:<4} = {row.accuracy:.3f} "
                     f"[{row.ci_low:.3f}, {row.ci_high:.3f}]  ({row.tokens_per_s:.0f} tok/s)"
                 )
-            write_reports(run_dir.path, run_dir.rows, commands, run_dir.samples)
+            if time.monotonic() - reported >= REPORT_EVERY:
+                write_reports(run_dir.path, run_dir.rows, commands, run_dir.samples)
+                reported = time.monotonic()
         if run_dir is not None:
             write_reports(run_dir.path, run_dir.rows, commands, run_dir.samples)
     finally:

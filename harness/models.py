@@ -1,29 +1,95 @@
-"""The model and precision registries (``models.yaml``, ``precisions.yaml``): names, what each model takes, what
-each precision records. Nothing here touches weights; harness/weights.py finds, checks and prepares them.
+"""The model and precision registries (``models.yaml``, ``precisions.yaml``), typed: names, where each model's weights
+come from (one of the source kinds below), what each model takes, what each precision records. Nothing here touches
+weights; harness/weights.py finds, checks and prepares them.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
 from functools import cache
 from importlib import resources
+from pathlib import Path
+from typing import Annotated, Literal
 
 import yaml
+from pydantic import ConfigDict, Field, ValidationError
 
+from harness.configfiles import StrictModel, validation_message
 from harness.errors import UserError
 
 # The W4A16 precision each calibration method makes (harness.quantize --method METHOD).
 W4_PRECISIONS = {"gptq": "gptq-w4", "awq": "awq-w4"}
 
 
-@dataclass(frozen=True)
-class PrecisionSpec:
+class Frozen(StrictModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class GgufPackage(Frozen):
+    """A GGUF file shipped inside a PyPI package, converted once into a cached safetensors directory (offline)."""
+
+    kind: Literal["gguf-package"]
+    package: str
+    file: str
+
+
+class AdapterSource(Frozen):
+    """A registry model (``base``) plus a peft LoRA adapter shipped in this package (``path``, under harness/)."""
+
+    kind: Literal["adapter"]
+    base: str
+    path: str
+
+
+class HubSource(Frozen):
+    """A Hugging Face repo id, read from the local HF cache only (no downloads at run time)."""
+
+    kind: Literal["hub"]
+    repo: str
+
+
+class LocalSource(Frozen):
+    """A directory on disk."""
+
+    kind: Literal["local"]
+    path: str
+
+
+class EndpointSource(Frozen):
+    """A model served behind an OpenAI-compatible API: base URL(s), the name it is served under, the request mode, and
+    the registry model whose tokenizer and chat template make its prompts (needed in completions mode)."""
+
+    kind: Literal["endpoint"]
+    base: str
+    model: str
+    mode: Literal["completions", "chat"] = "completions"
+    tokenizer: str | None = None
+
+
+Source = Annotated[GgufPackage | AdapterSource | HubSource | LocalSource | EndpointSource, Field(discriminator="kind")]
+
+
+class ModelSpec(Frozen):
     name: str
-    method: str
+    description: str
+    source: Source
+    default_precision: str
+    precisions: list[str] = []
+    requires: Literal["cpu", "gpu"] = "cpu"
+    needs_adapter: bool = False
+    w4_group_size: int | None = None  # GPTQ/AWQ group size when the registry's 128 does not divide the widths
+
+    @property
+    def kind(self) -> str:
+        return self.source.kind
+
+
+class PrecisionSpec(Frozen):
+    name: str
+    method: Literal["cast", "bnb", "gguf", "gptq", "awq"]
     weight_dtype: str
     activation_dtype: str
     weight_bits: int
-    requires: str = "cpu"
+    requires: Literal["cpu", "gpu"] = "cpu"
     group_size: int | None = None
     backend: str | None = None  # the one engine that can run it (llama.cpp for GGUF); None: any
 
@@ -33,30 +99,32 @@ class PrecisionSpec:
         return self.method in ("gptq", "awq")
 
 
-@dataclass(frozen=True)
-class ModelSpec:
-    name: str
-    description: str
-    source: dict
-    default_precision: str
-    precisions: list[str] = field(default_factory=list)
-    requires: str = "cpu"
-    needs_adapter: bool = False
-    w4_group_size: int | None = None  # GPTQ/AWQ group size when the registry's 128 does not divide the widths
+class _Models(Frozen):
+    models: dict[str, ModelSpec]
 
 
-def _load_yaml(name: str) -> dict:
-    return yaml.safe_load(resources.files("harness").joinpath(name).read_text(encoding="utf-8"))
+class _Precisions(Frozen):
+    precisions: dict[str, PrecisionSpec]
+
+
+def _named(file: str, wrapper: type[StrictModel], field: str) -> dict:
+    """A registry file (a mapping of name -> entry), each entry given its name, validated whole."""
+    path = Path(str(resources.files("harness").joinpath(file)))
+    raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    try:
+        return getattr(wrapper(**{field: {name: {"name": name, **entry} for name, entry in raw.items()}}), field)
+    except ValidationError as err:
+        raise UserError(f"{path}: {validation_message(err, wrapper)}") from None
 
 
 @cache
 def model_registry() -> dict[str, ModelSpec]:
-    return {name: ModelSpec(name=name, **entry) for name, entry in _load_yaml("models.yaml").items()}
+    return _named("models.yaml", _Models, "models")
 
 
 @cache
 def precision_registry() -> dict[str, PrecisionSpec]:
-    return {name: PrecisionSpec(name=name, **entry) for name, entry in _load_yaml("precisions.yaml").items()}
+    return _named("precisions.yaml", _Precisions, "precisions")
 
 
 def get_model(name: str) -> ModelSpec:
@@ -74,5 +142,5 @@ def get_precision(model: ModelSpec, name: str) -> PrecisionSpec:
         raise UserError(f"model {model.name} does not run at {name}; it takes: {', '.join(model.precisions)}")
     precision = precisions[name]
     if precision.prequantized and model.w4_group_size:
-        precision = replace(precision, group_size=model.w4_group_size)
+        precision = precision.model_copy(update={"group_size": model.w4_group_size})
     return precision

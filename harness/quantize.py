@@ -226,7 +226,7 @@ def check_group_size(model: ModelSpec, group_size: int, model_path: str | None =
     """Groups must tile every quantized row; llm-compressor would find out only after loading the model."""
     if group_size < 1:
         raise UserError(f"--group-size must be positive, got {group_size}")
-    local = model_path or model.source.get("kind") != "hub"
+    local = model_path or model.kind != "hub"
     config_path = Path(resolve_weights(model, model_path)) / "config.json" if local else None
     if config_path is None or not config_path.is_file():
         return

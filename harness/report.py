@@ -1,7 +1,8 @@
 """summary.md, accuracy_vs_length.png, comparisons.csv, anatomy.csv and error_anatomy.png from a run directory's
 results.csv and samples.jsonl.
 
-All are regenerated after every finished cell, so they always describe exactly the cells that are saved.
+harness.eval makes them again at most once a minute while a run goes and when it ends (harness.rescore when it
+rescores), so that at its end they describe exactly the cells that are saved.
 """
 
 from __future__ import annotations

@@ -62,6 +62,7 @@ import re
 from dataclasses import dataclass
 from functools import cache
 
+from harness.answers import FIRST_LINE, AnswerMode
 from harness.problems import DIGITS
 
 RULES = ("equals", "keyword", "boxed", "bare")
@@ -74,14 +75,6 @@ class Extraction:
 
     answer: str | None
     rule: str
-
-
-def answer_line(text: str) -> str:
-    """The first non-blank line of a generation: all that the stop rule keeps."""
-    for line in text.splitlines():
-        if line.strip():
-            return line.strip()
-    return ""
 
 
 @cache
@@ -519,10 +512,10 @@ def _bare(line: str, base: int, expression: str, signs: list[int]) -> Extraction
     return found
 
 
-def extract(text: str, base: int, expression: str) -> Extraction:
-    """The answer the first line states to ``expression`` (the question, as the prompt wrote it), and the rule that
-    found it (or why there is none)."""
-    line = _TEXT_WRAPPER.sub(r"\1", _MATH_DELIMITERS.sub(" ", answer_line(text)))
+def extract(text: str, base: int, expression: str, answer: AnswerMode = FIRST_LINE) -> Extraction:
+    """The answer ``text`` states to ``expression`` (the question, as the prompt wrote it) where the answer mode reads
+    it (the first line, for the paper's), and the rule that found it (or why there is none)."""
+    line = _TEXT_WRAPPER.sub(r"\1", _MATH_DELIMITERS.sub(" ", answer.answer_text(text)))
     line = _LATEX_TIMES.sub("*", line).strip()
     if not line:
         return Extraction(None, "none: empty output")

@@ -48,12 +48,12 @@ def check_weights(model: ModelSpec, model_path: str | None = None, precision: Pr
     check_unquantized(model_path)
     if model_path:
         check_model_dir(Path(model_path))
-    elif model.source.get("kind") == "gguf-package":
-        gguf_file(model.source["package"], model.source["file"])
-    elif model.source.get("kind") == "adapter":
+    elif model.kind == "gguf-package":
+        gguf_file(model.source.package, model.source.file)
+    elif model.kind == "adapter":
         model_adapter(model)
         check_weights(base_model(model))
-    elif model.source.get("kind") == "hub":
+    elif model.kind == "hub":
         _hub_snapshot(model)
 
 
@@ -61,13 +61,13 @@ def resolve_weights(model: ModelSpec, model_path: str | None = None) -> str:
     """A local directory (or a hub id present in the local HF cache) from which transformers can load."""
     if model_path:
         return str(check_model_dir(Path(model_path)))
-    kind = model.source.get("kind")
+    kind = model.kind
     if kind == "gguf-package":
         return str(converted_gguf_package(model))
     if kind == "adapter":
         return str(merged_adapter_model(model))
     if kind == "local":
-        return resolve_weights(model, model.source["path"])
+        return resolve_weights(model, model.source.path)
     if kind == "hub":
         return _hub_snapshot(model)
     raise UserError(f"models.yaml: {model.name} has unknown source kind '{kind}' (gguf-package, adapter, hub, local)")
@@ -88,19 +88,19 @@ def variant_weights(
                 raise UserError(f"--model-path for {precision.name} must be a .gguf file, got {model_path}")
             check_gguf_type(Path(model_path), precision.weight_dtype)
             return model_path
-        shipped = base_model(model) if model.source.get("kind") == "adapter" else model
-        if shipped.source.get("kind") != "gguf-package":
+        shipped = base_model(model) if model.kind == "adapter" else model
+        if shipped.kind != "gguf-package":
             raise UserError(f"{model.name} has no GGUF file; pass --model-path FILE.gguf")
-        source = gguf_file(shipped.source["package"], shipped.source["file"])
-        if model.source.get("kind") == "adapter":
+        source = gguf_file(shipped.source.package, shipped.source.file)
+        if model.kind == "adapter":
             model_adapter(model)
         if not prepare:
             return ""
-        if model.source.get("kind") == "adapter":
+        if model.kind == "adapter":
             source = merged_gguf(model, source)
         folder = cache_root() / "models" / f"{model.name}-gguf-{GGUF_VERSION}{adapter_tag(model)}"
         return str(gguf_variant(source, folder, model.name, precision.weight_dtype, lambda: resolve_weights(model)))
-    if precision.method == "bnb" and model.source.get("kind") == "adapter" and not model_path:
+    if precision.method == "bnb" and model.kind == "adapter" and not model_path:
         # QLoRA's way: the base quantized at load time, the adapter on top (runtime_adapter names it)
         return resolve_weights(base_model(model)) if prepare else ""
     if precision.prequantized:
@@ -108,7 +108,7 @@ def variant_weights(
         if model_path:
             check_model_dir(path)
         if not (path / "config.json").is_file():
-            if model.source.get("kind") == "hub":
+            if model.kind == "hub":
                 return _hub_snapshot(model)
             raise UserError(
                 f"no {precision.name} checkpoint of {model.name} at {path}; make it with: python -m harness.quantize "
@@ -293,7 +293,7 @@ def check_unquantized(model_path: str | None) -> None:
 def _hub_snapshot(model: ModelSpec) -> str:
     from huggingface_hub import try_to_load_from_cache
 
-    repo = model.source["repo"]
+    repo = model.source.repo
     found = try_to_load_from_cache(repo, "config.json")
     if not isinstance(found, str):
         raise UserError(
@@ -322,14 +322,14 @@ def base_model(model: ModelSpec) -> ModelSpec:
     """The registry model a fine-tuned (``kind: adapter``) model's adapter was trained on."""
     from harness.models import get_model
 
-    return get_model(model.source["base"])
+    return get_model(model.source.base)
 
 
 def model_adapter(model: ModelSpec) -> Path:
     """The peft adapter a ``kind: adapter`` model ships inside this package (harness/<path>), checked whole."""
     from importlib import resources
 
-    path = Path(str(resources.files("harness").joinpath(model.source["path"])))
+    path = Path(str(resources.files("harness").joinpath(model.source.path)))
     if not (path / "adapter_config.json").is_file() or not (path / "adapter_model.safetensors").is_file():
         raise UserError(
             f"{model.name}'s adapter is missing at {path}; restore it (git checkout {path}) or train it again with "
@@ -341,7 +341,7 @@ def model_adapter(model: ModelSpec) -> Path:
 def adapter_tag(model: ModelSpec) -> str:
     """'-' + the first 12 hex digits of the adapter's weights' SHA-256 (empty for other models): caches built from
     an adapter are named after it, so a retrained adapter never reuses a stale merge."""
-    if model.source.get("kind") != "adapter":
+    if model.kind != "adapter":
         return ""
     import hashlib
 
@@ -352,7 +352,7 @@ def adapter_tag(model: ModelSpec) -> str:
 def runtime_adapter(model: ModelSpec, precision: PrecisionSpec, model_path: str | None = None) -> str | None:
     """The adapter a backend applies when it loads ``model`` at ``precision``: a fine-tuned model's own adapter on a
     base that bitsandbytes quantizes at load time (casts, GGUF and GPTQ/AWQ load merged weights instead)."""
-    if model.source.get("kind") == "adapter" and precision.method == "bnb" and not model_path:
+    if model.kind == "adapter" and precision.method == "bnb" and not model_path:
         return str(model_adapter(model))
     return None
 
@@ -417,7 +417,7 @@ def converted_gguf_package(model: ModelSpec) -> Path:
     transformers dequantizes GGUF to float32 but refuses to save a model it loaded from GGUF, so the state
     dict is copied into a fresh model of the same config and that is saved (platform-facts, "GGUF trap").
     """
-    source = gguf_file(model.source["package"], model.source["file"])
+    source = gguf_file(model.source.package, model.source.file)
     target = cache_root() / "models" / f"{model.name}-{CONVERSION_VERSION}"
     if (target / "model.safetensors").is_file():
         return target

@@ -36,7 +36,7 @@ from pydantic import Field
 
 from harness.bounds import THREADS, Bound, unique
 from harness.cli import ArgParser, command_line, input_path, output_dir, run
-from harness.config import Lengths, StrictModel, load_yaml_model
+from harness.configfiles import Lengths, StrictModel, load_yaml_model
 from harness.errors import UserError
 from harness.files import atomic_write_bytes, atomic_write_text, read_csv_rows
 from harness.lock import DirectoryLock
@@ -85,7 +85,7 @@ class TaskGrid(StrictModel):
 
 
 class SweepConfig(StrictModel):
-    """Ranges of the per-cell settings are scratch.train's (RunConfig.check), applied to every cell on load."""
+    """Ranges of the per-cell settings are scratch.train's (RunConfig), applied to every cell on load."""
 
     tasks: Annotated[list[TaskGrid], Field(min_length=1)]
     precisions: Annotated[list[Literal["fp32", "bf16", "bf16-amp", "tf32"]], Field(min_length=1)] = ["fp32", "bf16"]
@@ -119,10 +119,7 @@ def load_sweep(path: Path) -> SweepConfig:
     ]
     unique(cell_names, f"{path}: tasks")
     try:
-        for cell in cells(config):
-            cell.check()
-    except TypeError as err:  # a train value of the wrong type (RunConfig is a plain dataclass)
-        raise UserError(f"{path}: train: {err}") from None
+        cells(config)  # each cell's RunConfig validated as it is made
     except UserError as err:
         raise UserError(f"{path}: {err}") from None
     return config
@@ -130,7 +127,7 @@ def load_sweep(path: Path) -> SweepConfig:
 
 def cells(config: SweepConfig) -> list[RunConfig]:
     return [
-        RunConfig(
+        RunConfig.build(
             **config.train,
             op=grid.op,
             operands=grid.operands,

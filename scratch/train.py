@@ -31,11 +31,14 @@ import os
 import time
 import warnings
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, field
 from pathlib import Path
+from typing import Annotated
 
 import torch
 import torch.nn.functional as F
+from pydantic import ConfigDict, ValidationError, model_validator
+from pydantic.dataclasses import dataclass as pydantic_dataclass
 
 from harness.bounds import BATCH_SIZE, LEARNING_RATE, SEED, STEPS, THREADS, WEIGHT_DECAY, Bound, unique
 from harness.cli import ArgParser, command_line, name_list, output_dir
@@ -57,75 +60,6 @@ from scratch.numerics import (
     set_matmul_precision,
     training_dtype,
 )
-
-
-@dataclass
-class RunConfig:
-    op: str = "add"
-    operands: int = 2
-    base: int = 2
-    length: int = 4
-    fixed_width: bool = False
-    precision: str = "fp32"
-    depth: int = 3
-    n_embd: int = 256
-    n_head: int = 4
-    steps: int = 3000
-    batch_size: int = 512
-    lr: float = 1e-3
-    weight_decay: float = 0.01
-    warmup_steps: int = 100
-    seed: int = 0
-    test_size: int = 2000
-    eval_every: int = 500
-    eval_formats: list[str] = field(default_factory=list)
-    threads: int = 1
-    device: str = "auto"  # auto (CUDA when present), cpu, cuda, cuda:N
-    compile: str = "auto"  # torch.compile the step (CUDA graphs on a GPU): auto (on CUDA), on, off
-
-    def task(self) -> Arithmetic:
-        return Arithmetic(self.op, self.base, self.length, self.operands, self.fixed_width)
-
-    def check(self) -> RunConfig:
-        """Every setting in range and the settings consistent, as one UserError line naming the first that is not
-        (``name`` as written in a sweep config; the flag is --name with dashes)."""
-        for name, bound in LIMITS.items():
-            bound.check(getattr(self, name), name)
-        if self.n_embd % self.n_head or (self.n_embd // self.n_head) % 2:
-            raise UserError(f"n_head {self.n_head} must divide n_embd {self.n_embd} into even head sizes (RoPE)")
-        parameters = 12 * self.depth * self.n_embd**2
-        if parameters > MAX_PARAMETERS:
-            raise UserError(
-                f"depth {self.depth} x n_embd {self.n_embd} is about {parameters / 1e9:.1f}B parameters; at most "
-                f"{MAX_PARAMETERS / 1e9:.0f}B here (the paper's models have 2-4M; AdamW needs 16 bytes each)"
-            )
-        if self.warmup_steps > self.steps:
-            raise UserError(
-                f"warmup_steps {self.warmup_steps} exceeds steps {self.steps}: the schedule would never peak"
-            )
-        if self.compile not in COMPILE_MODES:
-            raise UserError(f"compile {self.compile!r}: use one of {', '.join(COMPILE_MODES)}")
-        if not isinstance(self.eval_formats, list) or not all(isinstance(f, str) for f in self.eval_formats):
-            raise UserError(f"eval_formats must be a list of formats like [e8m7, e5m10], got {self.eval_formats!r}")
-        try:
-            seq_len = self.task().seq_len
-            training_dtype(self.precision)
-            check_precision_device(self.precision, resolve_device(self.device))  # checks only: no flag is set
-            for name in unique(self.eval_formats, "eval_formats"):
-                FloatFormat.parse(name)
-        except ValueError as err:
-            raise UserError(str(err)) from None
-        for name, tokens, limit, why in [
-            ("batch_size", self.batch_size * seq_len, MAX_BATCH_TOKENS, "one step's activations outgrow a GPU"),
-            ("test_size", self.test_size * seq_len, MAX_TEST_TOKENS, "the test set is held in memory at once"),
-        ]:
-            if tokens > limit:
-                raise UserError(
-                    f"{name} {getattr(self, name):,} x {seq_len} tokens per sequence is {tokens:,} tokens; at most "
-                    f"{limit:,} ({why})"
-                )
-        return self
-
 
 COMPILE_MODES = ("auto", "on", "off")
 MAX_PARAMETERS = 1_000_000_000
@@ -150,6 +84,101 @@ LIMITS = {
     "eval_every": Bound(1, STEPS.high, "evaluations happen every eval_every steps"),
     "threads": THREADS,
 }
+
+
+def _in(name: str):
+    """A field's range (LIMITS), as pydantic checks it."""
+    return LIMITS[name].field
+
+
+@pydantic_dataclass(config=ConfigDict(extra="forbid"))
+class RunConfig:
+    """One run's settings, validated as they are made (pydantic, with the ranges every command shares: the flags of
+    scratch.train take their argparse types from the same Bounds); ``RunConfig.build`` turns what is wrong into one
+    UserError line naming the setting (as written in a sweep config; the flag is --name with dashes)."""
+
+    op: str = "add"
+    operands: Annotated[int, _in("operands")] = 2
+    base: Annotated[int, _in("base")] = 2
+    length: Annotated[int, _in("length")] = 4
+    fixed_width: bool = False
+    precision: str = "fp32"
+    depth: Annotated[int, _in("depth")] = 3
+    n_embd: Annotated[int, _in("n_embd")] = 256
+    n_head: Annotated[int, _in("n_head")] = 4
+    steps: Annotated[int, _in("steps")] = 3000
+    batch_size: Annotated[int, _in("batch_size")] = 512
+    lr: Annotated[float, _in("lr")] = 1e-3
+    weight_decay: Annotated[float, _in("weight_decay")] = 0.01
+    warmup_steps: Annotated[int, _in("warmup_steps")] = 100
+    seed: Annotated[int, _in("seed")] = 0
+    test_size: Annotated[int, _in("test_size")] = 2000
+    eval_every: Annotated[int, _in("eval_every")] = 500
+    eval_formats: list[str] = field(default_factory=list)
+    threads: Annotated[int, _in("threads")] = 1
+    device: str = "auto"  # auto (CUDA when present), cpu, cuda, cuda:N
+    compile: str = "auto"  # torch.compile the step (CUDA graphs on a GPU): auto (on CUDA), on, off
+
+    def task(self) -> Arithmetic:
+        return Arithmetic(self.op, self.base, self.length, self.operands, self.fixed_width)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> RunConfig:
+        """The settings together: heads that divide the width, a model and a step a machine holds, a schedule that
+        peaks, a task, precision, device and formats that exist."""
+        if self.n_embd % self.n_head or (self.n_embd // self.n_head) % 2:
+            raise ValueError(f"n_head {self.n_head} must divide n_embd {self.n_embd} into even head sizes (RoPE)")
+        parameters = 12 * self.depth * self.n_embd**2
+        if parameters > MAX_PARAMETERS:
+            raise ValueError(
+                f"depth {self.depth} x n_embd {self.n_embd} is about {parameters / 1e9:.1f}B parameters; at most "
+                f"{MAX_PARAMETERS / 1e9:.0f}B here (the paper's models have 2-4M; AdamW needs 16 bytes each)"
+            )
+        if self.warmup_steps > self.steps:
+            raise ValueError(
+                f"warmup_steps {self.warmup_steps} exceeds steps {self.steps}: the schedule would never peak"
+            )
+        if self.compile not in COMPILE_MODES:
+            raise ValueError(f"compile {self.compile!r}: use one of {', '.join(COMPILE_MODES)}")
+        seq_len = self.task().seq_len
+        training_dtype(self.precision)
+        check_precision_device(self.precision, resolve_device(self.device))  # checks only: no flag is set
+        for name in unique(self.eval_formats, "eval_formats", error=ValueError):
+            FloatFormat.parse(name)
+        for name, tokens, limit, why in [
+            ("batch_size", self.batch_size * seq_len, MAX_BATCH_TOKENS, "one step's activations outgrow a GPU"),
+            ("test_size", self.test_size * seq_len, MAX_TEST_TOKENS, "the test set is held in memory at once"),
+        ]:
+            if tokens > limit:
+                raise ValueError(
+                    f"{name} {getattr(self, name):,} x {seq_len} tokens per sequence is {tokens:,} tokens; at most "
+                    f"{limit:,} ({why})"
+                )
+        return self
+
+    @classmethod
+    def build(cls, **values) -> RunConfig:
+        """A RunConfig, or one UserError line saying what is wrong, as "name what" (``steps must be at least 1``)."""
+        try:
+            return cls(**values)
+        except ValidationError as err:
+            raise UserError(_said(err)) from None
+
+
+def _said(err: ValidationError) -> str:
+    """pydantic's first complaint about a RunConfig in this module's words: the setting's name, then what is wrong."""
+    first = err.errors()[0]
+    name = ".".join(str(part) for part in first["loc"])
+    message = first["msg"].removeprefix("Value error, ")
+    if first["type"] in ("int_parsing", "int_type", "int_from_float"):
+        message = f"must be an integer, got {first['input']!r}"
+    elif first["type"] in ("float_parsing", "float_type"):
+        message = f"must be a number, got {first['input']!r}"
+    elif name.startswith("eval_formats"):
+        name, message = "eval_formats", f"must be a list of formats like [e8m7, e5m10], got {first['input']!r}"
+    elif first["type"] == "unexpected_keyword_argument":
+        message = "is no setting of a run"
+    return f"{name} {message}" if name else message
 
 
 def measure_matmul_flops(
@@ -555,7 +584,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = vars(parser.parse_args(argv))
     args.pop("verbose")  # read by harness/quiet.py before the imports
     out = args.pop("out")
-    config = RunConfig(**args).check()
+    config = RunConfig.build(**args)
     if out:
         read_checkpoint(out / "checkpoint.pt", config)  # a checkpoint of another run is refused before any work
     lock = DirectoryLock(out, command_line("scratch.train", argv)) if out else None

@@ -1,7 +1,8 @@
 """Backends turn chat prompts into generations; everything else (problems, prompts, stopping, scoring,
 results) lives above them. Every backend is a ChatBackend: chat_prompt(), count_tokens(), footprint_mb,
 kernel, and generate(), whose batching and sharding loop is written once here; a backend implements
-prepare() and generate_batch(), and applies the same stop rule (``first_line_done``) to the same prompts.
+prepare() and generate_batch(), and stops each generation where the run's answer mode says (harness/answers.py:
+the paper's first line, by default).
 
     hf        transformers: fp32/bf16/fp16 casts, bitsandbytes int8/nf4, GPTQ/AWQ checkpoints, adapters
     llamacpp  llama.cpp through llama-cpp-python: the GGUF variants
@@ -15,13 +16,10 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
+from harness.answers import FIRST_LINE, AnswerMode
 from harness.errors import UserError
 from harness.models import PrecisionSpec
-
-if TYPE_CHECKING:
-    import torch
 
 BACKENDS = ("hf", "llamacpp", "vllm", "api")
 
@@ -91,10 +89,11 @@ class ChatBackend:
         on_batch=None,
         shard: Shard = SINGLE_PROCESS,
         batch_size: int | None = None,
+        answer: AnswerMode = FIRST_LINE,
     ) -> list[Generation | None]:
         """Generate for the prompts of this shard's batches (None for the others), ``batch_size`` rows a batch
-        (default: the backend's). Budgets and sampling seeds may differ per prompt; greedy results depend on
-        neither batch size nor order, sampled ones on the seeds only."""
+        (default: the backend's), each stopped where ``answer`` says. Budgets and sampling seeds may differ per
+        prompt; greedy results depend on neither batch size nor order, sampled ones on the seeds only."""
         size = batch_size or self.batch_size
         budgets, seeds = per_prompt(max_new_tokens, len(prompts)), row_seeds(seed, len(prompts))
         owned = [start for start in range(0, len(prompts), size) if shard.owns(start // size)]
@@ -104,7 +103,7 @@ class ChatBackend:
         shared = self.prepare(prompts, budgets)
         for start in owned:
             rows = slice(start, start + size)
-            out[rows] = self.generate_batch(shared, rows, budgets[rows], sampling, seeds[rows])
+            out[rows] = self.generate_batch(shared, rows, budgets[rows], sampling, seeds[rows], answer)
             if on_batch:
                 on_batch(len(out[rows]))
         return out
@@ -113,8 +112,10 @@ class ChatBackend:
         """What the batches of one generate() call share (handed to generate_batch as ``shared``)."""
         return prompts
 
-    def generate_batch(self, shared, rows: slice, budgets: list[int], sampling: Sampling, seeds: list[int]):
-        """Generations for prompts[rows], with their budgets and sampling seeds."""
+    def generate_batch(
+        self, shared, rows: slice, budgets: list[int], sampling: Sampling, seeds: list[int], answer: AnswerMode
+    ):
+        """Generations for prompts[rows], with their budgets and sampling seeds, each stopped where ``answer`` says."""
         raise NotImplementedError
 
     def chat_prompt(self, user_message: str) -> str:
@@ -175,30 +176,6 @@ def feedable_prefix(ids: list[list[int]]) -> list[int]:
     return prefix[: min(len(prefix), min(len(x) for x in ids) - 1)]
 
 
-def first_line_done(text: str) -> bool:
-    """The stop rule: the first non-blank line is finished (the paper's prompt asks for a one-line answer)."""
-    return text.lstrip().find("\n") > 0
-
-
-def newline_tokens(tokenizer, size: int) -> torch.Tensor:
-    """Per token id (a table of ``size``): does its text contain a newline. Only such a token can finish the first
-    line, so a decoding loop decodes a row's text for the stop rule only at those steps."""
-    import torch
-
-    texts = tokenizer.batch_decode([[i] for i in range(len(tokenizer))])
-    table = torch.zeros(size, dtype=torch.bool)
-    table[: min(size, len(texts))] = torch.tensor(["\n" in text for text in texts[:size]])
-    return table
-
-
-def stop_length(tokenizer, token_ids: list[int]) -> int:
-    """How many of ``token_ids`` a backend keeps: up to the token that finishes the first non-blank line."""
-    for used in range(1, len(token_ids) + 1):
-        if first_line_done(tokenizer.decode(token_ids[:used], skip_special_tokens=True)):
-            return used
-    return len(token_ids)
-
-
 def backend_for(requested: str | None, precision: PrecisionSpec) -> str:
     """The backend a variant runs on: the one asked for, else the one its precision needs, else hf."""
     if requested is not None and requested not in BACKENDS:
@@ -215,13 +192,18 @@ def backend_for(requested: str | None, precision: PrecisionSpec) -> str:
 
 def load_backend(
     name: str,
-    weights: str,
+    weights: str | None,
     precision: PrecisionSpec,
     adapter: str | None,
     batch_size: int,
     tensor_parallel_size: int = 1,
     batch_invariant: bool = False,
+    endpoint=None,
+    journal=None,
 ):
+    """The one factory of backends: ``name`` loaded for ``precision``. ``weights`` is a checkpoint directory or a
+    GGUF file; for ``api`` (a served model: ``endpoint``, ``journal`` its run directory's responses.jsonl) the
+    directory whose tokenizer templates the prompts, or None (the server's own template, chat mode)."""
     if name == "hf":
         from harness.backends.hf import HFBackend
 
@@ -243,4 +225,11 @@ def load_backend(
             batch_size=batch_size,
             batch_invariant=batch_invariant,
         )
+    if name == "api":
+        from transformers import AutoTokenizer
+
+        from harness.backends.api import APIBackend
+
+        tokenizer = AutoTokenizer.from_pretrained(weights) if weights else None
+        return APIBackend(endpoint, precision, tokenizer, batch_size, journal)
     raise UserError(f"unknown backend '{name}'; known: {', '.join(BACKENDS)}")

@@ -47,6 +47,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import parse_qsl, urlsplit
 
+from harness.answers import FIRST_LINE, AnswerMode
 from harness.backends import ChatBackend, Generation, Sampling
 from harness.errors import UserError
 from harness.files import append_lines, atomic_write_bytes, parse_json_line, read_lines
@@ -315,9 +316,12 @@ class APIBackend(ChatBackend):
         holds for every tokenizer in use (budgets only cap a generation that the first-line stop ends anyway)."""
         return super().count_tokens(text) if self.tokenizer is not None else len(text)
 
-    def request(self, prompt: str, budget: int, sampling: Sampling, seed: int) -> dict:
-        """The request body for one problem, without routing (so that its key names it on every replica)."""
-        body = {"model": self.endpoint.model, "max_tokens": budget, "stop": ["\n"], "seed": seed % 2**31}
+    def request(self, prompt: str, budget: int, sampling: Sampling, seed: int, answer: AnswerMode = FIRST_LINE) -> dict:
+        """The request body for one problem, without routing (so that its key names it on every replica): stopped
+        where the answer mode asks a server to stop."""
+        body = {"model": self.endpoint.model, "max_tokens": budget, "seed": seed % 2**31}
+        if answer.server_stop:
+            body["stop"] = list(answer.server_stop)
         body["temperature"] = sampling.temperature if sampling.do_sample else 0.0
         if self.endpoint.takes_top_k:
             # No repetition penalty, as in every in-process backend (llama-cpp-python's server defaults to 1.1).
@@ -332,15 +336,23 @@ class APIBackend(ChatBackend):
             body["prompt"] = prompt
         return body
 
-    def generate_batch(self, shared, rows: slice, budgets: list[int], sampling: Sampling, seeds: list[int]):
+    def generate_batch(
+        self,
+        shared,
+        rows: slice,
+        budgets: list[int],
+        sampling: Sampling,
+        seeds: list[int],
+        answer: AnswerMode = FIRST_LINE,
+    ):
         prompts = shared[rows]
-        bodies = [self.request(p, b, sampling, s) for p, b, s in zip(prompts, budgets, seeds, strict=True)]
+        bodies = [self.request(p, b, sampling, s, answer) for p, b, s in zip(prompts, budgets, seeds, strict=True)]
         keys = [request_key(body) for body in bodies]
         todo = [i for i, key in enumerate(keys) if key not in self.journal.done]
         if todo:
             pool = ThreadPoolExecutor(max_workers=min(self.endpoint.concurrency, len(todo)))
             stop = threading.Event()
-            futures = [pool.submit(self._complete_unless, stop, bodies[i], keys[i]) for i in todo]
+            futures = [pool.submit(self._complete_unless, stop, bodies[i], keys[i], answer) for i in todo]
             try:
                 for future in futures:
                     future.result()
@@ -365,18 +377,18 @@ class APIBackend(ChatBackend):
             )
         return out
 
-    def _complete_unless(self, stop: threading.Event, body: dict, key: str) -> None:
+    def _complete_unless(self, stop: threading.Event, body: dict, key: str, answer: AnswerMode) -> None:
         """``_complete`` unless a request has failed for good: the worker that meets the failure says so before it
         takes the next problem (else a queued request would still be sent after the run has stopped)."""
         if stop.is_set():
             return
         try:
-            self._complete(body, key)
+            self._complete(body, key, answer)
         except BaseException:
             stop.set()
             raise
 
-    def _complete(self, body: dict, key: str) -> None:
+    def _complete(self, body: dict, key: str, answer: AnswerMode) -> None:
         """One problem's completion (continued while its first line is still blank), checked, cut to the request's
         budget and first line, and journaled."""
         text, prompt_tokens, completion_tokens, finish, model, where = "", 0, 0, None, None, ""
@@ -402,13 +414,14 @@ class APIBackend(ChatBackend):
             finish = choice.finish_reason
             budget_left = body["max_tokens"] - completion_tokens
             blank = not text.strip()
-            if not (blank and finish == "stop" and self.endpoint.mode == "completions" and budget_left > 0):
+            continues = answer.continues_blank and self.endpoint.mode == "completions"
+            if not (blank and finish == "stop" and continues and budget_left > 0):
                 break
             # The server stopped at a newline before any text: the first non-blank line has not begun. Continue
             # after the newline, as the in-process backends do (their stop rule skips leading blank lines).
             text += "\n"
             request = {**body, "prompt": body["prompt"] + text, "max_tokens": budget_left}
-        kept = self._cut(text, body["max_tokens"])
+        kept = self._cut(text, body["max_tokens"], answer)
         self.journal.add(
             {
                 "key": key,
@@ -424,13 +437,10 @@ class APIBackend(ChatBackend):
             }
         )
 
-    def _cut(self, text: str, budget: int) -> str:
-        """``text`` as an in-process backend would have stopped it: at the end of its first non-blank line, and at
-        the request's token budget."""
-        start = len(text) - len(text.lstrip())
-        newline = text.find("\n", start)
-        if newline >= 0:
-            text = text[: newline + 1]
+    def _cut(self, text: str, budget: int, answer: AnswerMode) -> str:
+        """``text`` as an in-process backend would have stopped it: where the answer mode stops (the end of the
+        first non-blank line, for the paper's), and at the request's token budget."""
+        text = answer.kept(text)
         if self.tokenizer is None:
             return text[:budget]
         head = text[: budget * self._token_chars]

@@ -17,16 +17,9 @@ from collections import OrderedDict
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache, StaticCache
 
+from harness.answers import FIRST_LINE, AnswerMode, finishing_tokens
 from harness.autoawq import require_gptqmodel
-from harness.backends import (
-    ChatBackend,
-    Generation,
-    Sampling,
-    feedable_prefix,
-    first_line_done,
-    newline_tokens,
-    shared_prefix,
-)
+from harness.backends import ChatBackend, Generation, Sampling, feedable_prefix, shared_prefix
 from harness.backends.sampling import gumbel_choice, warped_candidates
 from harness.errors import UserError, one_line
 from harness.models import PrecisionSpec
@@ -78,7 +71,8 @@ class HFBackend(ChatBackend):
         if self.pad_id is None:
             self.pad_id = self.tokenizer.eos_token_id
         self._prefixes: OrderedDict[tuple[int, ...], DynamicCache] = OrderedDict()
-        self._stop_ids, self._newline_ids = self._token_tables()
+        self._stop_ids = self._end_of_sequence_table()
+        self._finishing: dict[AnswerMode, torch.Tensor] = {}
         # On a GPU a decode step is bound by reading the weights and by launching hundreds of small kernels: there
         # every row stays in a static KV cache and the step is one CUDA graph. On a CPU, compute-bound, finished
         # rows leave the batch instead (the dynamic path).
@@ -117,9 +111,19 @@ class HFBackend(ChatBackend):
         prefix = feedable_prefix(ids)
         return ids, prefix, self._prefix_cache(prefix)
 
-    def generate_batch(self, shared, rows: slice, budgets: list[int], sampling: Sampling, seeds: list[int]):
+    def generate_batch(
+        self,
+        shared,
+        rows: slice,
+        budgets: list[int],
+        sampling: Sampling,
+        seeds: list[int],
+        answer: AnswerMode = FIRST_LINE,
+    ):
         ids, prefix, cache = shared
-        return self._generate_batch(prefix, cache, ids[rows], budgets, sampling, seeds)
+        if answer not in self._finishing:
+            self._finishing[answer] = finishing_tokens(self.tokenizer, len(self._stop_ids), answer)
+        return self._generate_batch(prefix, cache, ids[rows], budgets, sampling, seeds, answer)
 
     def _prefix_cache(self, prefix: list[int]) -> list[tuple[torch.Tensor, torch.Tensor]] | None:
         """Keys and values of the shared prefix, per layer, computed once (a few cells' worth are kept)."""
@@ -136,7 +140,7 @@ class HFBackend(ChatBackend):
         self._prefixes.move_to_end(key)
         return self._prefixes[key]
 
-    def _generate_batch(self, prefix, cache, batch, budgets, sampling, seeds) -> list[Generation]:
+    def _generate_batch(self, prefix, cache, batch, budgets, sampling, seeds, answer) -> list[Generation]:
         # Only the rows' own tokens enter the batch: left-padded suffixes, positions continuing after the prefix.
         width = max(len(x) - len(prefix) for x in batch)
         input_ids = torch.full((len(batch), width), self.pad_id, dtype=torch.long)
@@ -153,7 +157,9 @@ class HFBackend(ChatBackend):
         generated = None
         if self.static_decode:
             try:
-                generated = self._decode_static(input_ids, attention, positions, len(prefix), budgets, sampler, cache)
+                generated = self._decode_static(
+                    input_ids, attention, positions, len(prefix), budgets, sampler, cache, answer
+                )
             except Exception as err:  # noqa: BLE001 (a compiler failure must not end what eager decoding can do)
                 if not self.graphs:
                     raise
@@ -161,14 +167,14 @@ class HFBackend(ChatBackend):
                 warnings.warn(f"CUDA graph decoding failed ({self.graph_error}); decoding eagerly", stacklevel=2)
                 self.static_decode = self.graphs = False
         if generated is None:  # the batch again from its start, on the dynamic path
-            generated = self._decode(kv, input_ids, attention, positions, len(prefix), budgets, sampler, cache)
+            generated = self._decode(kv, input_ids, attention, positions, len(prefix), budgets, sampler, cache, answer)
         return [
             Generation(text=self.tokenizer.decode(tokens, skip_special_tokens=True), tokens=len(tokens))
             for tokens in generated
         ]
 
     def _decode(
-        self, kv, input_ids, attention, positions, prefix_length, budgets, sampler, prefix_kv
+        self, kv, input_ids, attention, positions, prefix_length, budgets, sampler, prefix_kv, answer
     ) -> list[list[int]]:
         """Token by token; a row leaves the batch (and the KV cache) as soon as it stops: rows finish at very
         different lengths ("7" vs "To calculate ..."), and generate() would keep computing finished ones.
@@ -194,7 +200,7 @@ class HFBackend(ChatBackend):
                 chosen = self._choose(logits, sampler, active, step).cpu()  # the step's one host synchronisation
                 tokens[active, counts[active]] = chosen
                 counts[active] += 1
-                done = self._stopped(chosen, active, tokens, counts, budget)
+                done = self._stopped(chosen, active, tokens, counts, budget, answer)
                 if bool(done.all()):
                     break
                 if bool(done.any()):
@@ -206,7 +212,7 @@ class HFBackend(ChatBackend):
                 step_positions = prefix_length + attention.sum(-1, keepdim=True) - 1
         return [tokens[row, : counts[row]].tolist() for row in range(rows)]
 
-    def _decode_static(self, input_ids, attention, positions, prefix_length, budgets, sampler, prefix_kv):
+    def _decode_static(self, input_ids, attention, positions, prefix_length, budgets, sampler, prefix_kv, answer):
         """The GPU path: every row keeps its slot in a static KV cache until all have stopped, so each decode step
         has one shape (rows, cache length) and runs as one captured CUDA graph; a stopped row's further tokens
         are computed and ignored (on a GPU a step costs the weights' reading, whatever the rows). Same stop rule,
@@ -239,7 +245,7 @@ class HFBackend(ChatBackend):
                 live = torch.nonzero(running).flatten()
                 tokens[live, counts[live]] = chosen[live]
                 counts[live] += 1
-                running[live[self._stopped(chosen[live], live, tokens, counts, budget)]] = False
+                running[live[self._stopped(chosen[live], live, tokens, counts, budget, answer)]] = False
                 if not bool(running.any()):
                     break
                 mask[:, width + step] = 1
@@ -275,25 +281,25 @@ class HFBackend(ChatBackend):
         values, candidates = warped_candidates(logits, sampling.temperature, sampling.top_k, sampling.top_p)
         return gumbel_choice(values, candidates, seeds[slots.to(seeds.device)], step)
 
-    def _stopped(self, chosen, rows, tokens, counts, budget) -> torch.Tensor:
+    def _stopped(self, chosen, rows, tokens, counts, budget, answer: AnswerMode) -> torch.Tensor:
         """Which of ``rows``, having just produced ``chosen``, are done: an end-of-sequence token, the budget, or
-        (decoded only for rows whose token contains a newline) a finished first line."""
+        (decoded only for rows whose token may finish an answer: a newline, for the paper's first line) the answer
+        mode's stop."""
         done = self._stop_ids[chosen] | (counts[rows] >= budget[rows])
-        for slot in torch.nonzero(self._newline_ids[chosen] & ~done).flatten().tolist():
+        for slot in torch.nonzero(self._finishing[answer][chosen] & ~done).flatten().tolist():
             row = int(rows[slot])
-            done[slot] = first_line_done(
+            done[slot] = answer.done(
                 self.tokenizer.decode(tokens[row, : counts[row]].tolist(), skip_special_tokens=True)
             )
         return done
 
-    def _token_tables(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """Per token id: does it end a sequence; does its text contain a newline (it may end the first line)."""
+    def _end_of_sequence_table(self) -> torch.Tensor:
+        """Per token id: does it end a sequence."""
         size = max(len(self.tokenizer), self.model.get_output_embeddings().weight.shape[0])
-        newline = newline_tokens(self.tokenizer, size)
         stop = torch.zeros(size, dtype=torch.bool)
         eos = set(_as_list(self.model.generation_config.eos_token_id)) | {self.tokenizer.eos_token_id}
         stop[[i for i in eos if i is not None]] = True
-        return stop, newline
+        return stop
 
 
 def linear_kernel(model: torch.nn.Module) -> str:

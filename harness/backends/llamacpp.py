@@ -13,8 +13,8 @@ what a llama.cpp server answers for the same GGUF (tests/harness/test_api.py). F
 llama.cpp's server (``-fa auto``) and harness.serve run it on a CPU.
 
 Tokens and text go through the same Hugging Face tokenizer and chat template as the transformers path
-(converted from this GGUF, so the ids are llama.cpp's own); the stop rule is the shared
-``first_line_done``. Sampling is per problem (seeded by problem index), so it does not depend on batching.
+(converted from this GGUF, so the ids are llama.cpp's own); the stop is the run's answer mode's
+(harness/answers.py). Sampling is per problem (seeded by problem index), so it does not depend on batching.
 """
 
 from __future__ import annotations
@@ -25,14 +25,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from harness.backends import (
-    ChatBackend,
-    Generation,
-    Sampling,
-    feedable_prefix,
-    first_line_done,
-    newline_tokens,
-)
+from harness.answers import FIRST_LINE, AnswerMode, finishing_tokens
+from harness.backends import ChatBackend, Generation, Sampling, feedable_prefix
 from harness.backends.sampling import gumbel_choice, warped_candidates
 from harness.errors import UserError
 from harness.gguf import import_llama_cpp
@@ -74,7 +68,7 @@ class LlamaCppBackend(ChatBackend):
             self.tokenizer = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
         self.ctx = None
         self.n_ctx = 0
-        self.newline = newline_tokens(self.tokenizer, self.n_vocab).tolist()
+        self._finishing: dict[AnswerMode, list[bool]] = {}
 
     def close(self) -> None:
         """Free llama.cpp's context and model (the next variant's model may need the memory)."""
@@ -131,12 +125,22 @@ class LlamaCppBackend(ChatBackend):
             self._decode([(0, position, token) for position, token in enumerate(prefix)], {len(prefix) - 1})
         return ids, prefix, memory
 
-    def generate_batch(self, shared, rows: slice, budgets: list[int], sampling: Sampling, seeds: list[int]):
+    def generate_batch(
+        self,
+        shared,
+        rows: slice,
+        budgets: list[int],
+        sampling: Sampling,
+        seeds: list[int],
+        answer: AnswerMode = FIRST_LINE,
+    ):
         ids, prefix, memory = shared
+        if answer not in self._finishing:
+            self._finishing[answer] = finishing_tokens(self.tokenizer, self.n_vocab, answer).tolist()
         batch = [_Row(r + 1, tokens[len(prefix) :], budgets[r], seeds[r]) for r, tokens in enumerate(ids[rows])]
-        return self._generate_batch(memory, len(prefix), batch, sampling)
+        return self._generate_batch(memory, len(prefix), batch, sampling, answer)
 
-    def _generate_batch(self, memory, prefix_len: int, rows, sampling: Sampling):
+    def _generate_batch(self, memory, prefix_len: int, rows, sampling: Sampling, answer: AnswerMode):
         lib = self.lib
         if prefix_len == 0:  # each prompt from an empty cache, its cells where a fresh server's would be
             lib.llama_memory_clear(memory, True)
@@ -156,10 +160,10 @@ class LlamaCppBackend(ChatBackend):
             for row in running:
                 token = _choose(last[row.seq], sampling, row.seed, len(row.generated))
                 row.generated.append(token)
-                # The row's text is decoded only when the token can have finished its first line.
+                # The row's text is decoded only when the token can have finished its answer.
                 row.done = bool(lib.llama_vocab_is_eog(self.vocab, token)) or (
-                    self.newline[token]
-                    and first_line_done(self.tokenizer.decode(row.generated, skip_special_tokens=True))
+                    self._finishing[answer][token]
+                    and answer.done(self.tokenizer.decode(row.generated, skip_special_tokens=True))
                 )
                 if not row.done and len(row.generated) < row.budget:
                     step.append(row)

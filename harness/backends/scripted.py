@@ -30,7 +30,9 @@ class ScriptedBackend(ChatBackend):
     def count_tokens(self, text: str) -> int:
         return len(text.split())
 
-    def generate_batch(self, shared, rows: slice, budgets: list[int], sampling: Sampling, seeds: list[int]):
+    def generate_batch(
+        self, shared, rows: slice, budgets: list[int], sampling: Sampling, seeds: list[int], answer=None
+    ):
         batch = shared[rows]
         self.calls.append(len(batch))
         texts = [self.answer(prompt[len(HEADER) : -len(FOOTER)], len(batch)) for prompt in batch]

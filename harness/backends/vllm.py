@@ -11,12 +11,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from harness.backends import (
-    ChatBackend,
-    Generation,
-    Sampling,
-    stop_length,
-)
+from harness.answers import AnswerMode, stop_length
+from harness.backends import ChatBackend, Generation, Sampling
 from harness.errors import UserError
 from harness.models import PrecisionSpec
 
@@ -82,7 +78,9 @@ class VLLMBackend(ChatBackend):
         dtype = self.activation_dtype
         return dtype if dtype != "float32" else "float32 (in vLLM's workers; their TF32 setting not read)"
 
-    def generate_batch(self, shared, rows: slice, budgets: list[int], sampling: Sampling, seeds: list[int]):
+    def generate_batch(
+        self, shared, rows: slice, budgets: list[int], sampling: Sampling, seeds: list[int], answer: AnswerMode
+    ):
         """One batch of --batch-size prompts in one LLM.generate call (vLLM schedules them itself)."""
         from vllm import SamplingParams
 
@@ -110,6 +108,6 @@ class VLLMBackend(ChatBackend):
         result = []
         for output in outputs:
             ids = list(output.outputs[0].token_ids)
-            used = stop_length(self.tokenizer, ids)
+            used = stop_length(self.tokenizer, ids, answer)
             result.append(Generation(text=self.tokenizer.decode(ids[:used], skip_special_tokens=True), tokens=used))
         return result

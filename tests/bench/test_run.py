@@ -34,3 +34,14 @@ def test_data_section_measures_every_generator(tmp_path):
     assert [row["task"] for row in rows] == ["add:2 base 10 length 10", "iter_add:3 base 10 length 10"]
     for row in rows:
         assert row["numprec_problems_per_s"] > 0 and row["python_problems_per_s"] > 0
+
+
+def test_a_run_directory_is_written_about_once():
+    """Samples and rows are appended, reports drawn at most once a minute: finishing a run writes about its files'
+    size (rewriting samples.jsonl after every cell wrote 80x it at the paper grid's shape)."""
+    from bench.rundir import bench_rundir
+
+    result = bench_rundir(series=2, samples=50)
+    assert result["cells"] == 64 and result["samples_bytes"] < result["final_bytes"]
+    assert result["bytes_written"] >= result["final_bytes"]
+    assert result["written_over_final"] < 1.2, result

@@ -399,3 +399,38 @@ def test_no_key_escapes(tmp_path, capsys):
         for path in tmp_path.rglob("*"):
             if path.is_file():
                 assert secret.encode() not in path.read_bytes(), path
+
+
+def test_the_server_stops_where_the_answer_mode_says(server):
+    """The served backend asks the server to stop where the run's answer mode says (a mode of the tests' own: the
+    first word) and keeps what the in-process llama.cpp backend keeps of the same GGUF up to that stop."""
+    from transformers import AutoTokenizer
+
+    from harness.answers import FIRST_LINE
+    from harness.backends import Sampling
+    from harness.backends.api import APIBackend, Endpoint
+    from harness.backends.llamacpp import LlamaCppBackend
+    from harness.models import get_model, get_precision
+    from harness.problems import Task, generate
+    from harness.prompts import user_message
+    from harness.weights import variant_weights
+    from tests.answer_modes import FIRST_WORD
+
+    model = get_model("smollm2")
+    precision = get_precision(model, "gguf-q4_1")
+    gguf = variant_weights(model, precision)
+    here = LlamaCppBackend(gguf, precision, batch_size=1)
+    tokenizer = AutoTokenizer.from_pretrained(Path(gguf).parent)
+    served = APIBackend(Endpoint((server.url,), "smollm2", concurrency=1), precision, tokenizer, batch_size=4)
+    problems = generate(Task("add"), 10, 1, 5, seed=0)
+    prompts = [here.chat_prompt(user_message(problem)) for problem in problems]
+    budgets = [FIRST_LINE.budget(Task("add"), 10, 1, here.count_tokens)] * len(prompts)
+    greedy = Sampling.named("greedy")
+    try:
+        ours = here.generate(prompts, budgets, greedy, answer=FIRST_WORD, batch_size=1)
+        theirs = served.generate(prompts, budgets, greedy, answer=FIRST_WORD)
+    finally:
+        here.close()
+    for local, remote in zip(ours, theirs, strict=True):
+        assert "\n" not in remote.text.strip() and " " not in remote.text.strip(), remote.text
+        assert local.text.lstrip().startswith(remote.text.strip() + " ") or local.text.strip() == remote.text.strip()

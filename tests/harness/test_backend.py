@@ -3,8 +3,8 @@
 import pytest
 import torch
 
+from harness.answers import FIRST_LINE
 from harness.backends import Sampling
-from harness.eval import max_new_tokens
 from harness.problems import Task, generate
 from harness.prompts import user_message
 from tests.devices import HAS_CUDA
@@ -33,7 +33,7 @@ def test_prefix_cache_matches_plain_generation(smollm2_fp32):
     """The shared-prefix path must give what the model gives on each prompt alone, without any cache."""
     backend = smollm2_fp32
     problems, prompts = prompts_for(backend, Task("add"), 2, 6, seed=11)
-    budget = max_new_tokens(backend, Task("add"), 10, 2)
+    budget = FIRST_LINE.budget(Task("add"), 10, 2, backend.count_tokens)
     cached = backend.generate(prompts, budget, GREEDY)
     for prompt, generation in zip(prompts, cached, strict=True):
         ids = backend.tokenizer(prompt, add_special_tokens=False, return_tensors="pt")["input_ids"]
@@ -54,7 +54,7 @@ def test_prefix_cache_matches_plain_generation(smollm2_fp32):
 def test_greedy_answers_do_not_depend_on_batch_size(smollm2_fp32):
     backend = smollm2_fp32
     _, prompts = prompts_for(backend, Task("add"), 3, 16, seed=2)
-    budget = max_new_tokens(backend, Task("add"), 10, 3)
+    budget = FIRST_LINE.budget(Task("add"), 10, 3, backend.count_tokens)
     backend.batch_size = 16
     batched = [g.text for g in backend.generate(prompts, budget, GREEDY)]
     backend.batch_size = 1
@@ -73,7 +73,7 @@ def test_the_static_cache_path_gives_the_answers_of_the_path_where_rows_leave(sm
     backend = smollm2_fp32
     _, prompts = prompts_for(backend, Task("add"), 2, 12, seed=4)
     prompts = prompts[:6] + prompts[8:]
-    budget = max_new_tokens(backend, Task("add"), 10, 2)
+    budget = FIRST_LINE.budget(Task("add"), 10, 2, backend.count_tokens)
     ids, prefix, _ = backend.prepare(prompts[6:], [budget] * 4)
     assert len({len(x) for x in ids}) == 1 and len(prefix) < len(ids[0]), "the last batch has no padding"
     ids, prefix, _ = backend.prepare(prompts[:6], [budget] * 6)

@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.scoring import RULES, Question, answer_line, extract, is_correct, wilson_interval
+from harness.answers import FIRST_LINE
+from harness.scoring import RULES, Question, extract, is_correct, wilson_interval
 
 REAL = [json.loads(line) for line in (Path(__file__).parent / "data" / "real_outputs.jsonl").read_text().splitlines()]
 
@@ -206,7 +207,7 @@ def test_the_adversarial_table_is_large():
 
 
 def test_only_the_first_line_counts():
-    assert answer_line("\n 12 + 3 = 15\n 12 + 3 = 16") == "12 + 3 = 15"
+    assert FIRST_LINE.answer_text("\n 12 + 3 = 15\n 12 + 3 = 16") == "12 + 3 = 15"
     assert extract("7 + 8 = 15\nThe final answer is 16", 10, "7 + 8").answer == "15"
 
 
