@@ -185,7 +185,9 @@ class PackJob:
     """One pack as a task of a Slurm job array (submitit calls it on the node). Before a time limit or a preemption
     Slurm sends the task a warning signal (SIGUSR2, submitit's): the training then stops at its next step with every
     run's checkpoint written, and submitit's own handler checkpoints this call (``checkpoint``: the same pack again)
-    and requeues the task, which resumes the runs from that step. submitit is needed on the nodes only."""
+    and requeues the task, which resumes the runs from that step. A cancel (scancel: SIGTERM, which submitit would
+    ignore until Slurm's SIGKILL) stops the training the same way, without a requeue, so nothing trained is lost
+    and the task ends now; the sweep then reports it unfinished. submitit is needed on the nodes only."""
 
     def __call__(self, run_configs: list[RunConfig], out: str) -> list[list[dict]]:
         import signal
@@ -193,15 +195,19 @@ class PackJob:
         from scratch.train import Preempted
 
         warning = _preemption_signal()
-        submitit_handler = signal.getsignal(warning)
-        warned: list[int] = []
-        signal.signal(warning, lambda signum, frame: warned.append(signum))
+        submitit_handlers = {warning: signal.getsignal(warning), signal.SIGTERM: signal.getsignal(signal.SIGTERM)}
+        received: list[int] = []
+        for signum in submitit_handlers:
+            signal.signal(signum, lambda signum, frame: received.append(signum))
         try:
-            return run_cells(run_configs, out, should_stop=lambda: bool(warned))
-        except Preempted:
-            signal.signal(warning, submitit_handler)
-            if callable(submitit_handler):
-                submitit_handler(warning, None)  # checkpoint() and requeue, then exit
+            return run_cells(run_configs, out, should_stop=lambda: bool(received))
+        except Preempted as stopped:
+            for signum, handler in submitit_handlers.items():
+                signal.signal(signum, handler)
+            if received[0] != warning:
+                raise Cancelled(f"cancelled (SIGTERM) at step {stopped.args[0]}; checkpoints written") from None
+            if callable(submitit_handlers[warning]):
+                submitit_handlers[warning](warning, None)  # checkpoint() and requeue, then exit
             raise
 
     def checkpoint(self, run_configs: list[RunConfig], out: str):
@@ -239,6 +245,17 @@ def finished_tasks(jobs, poll: float = 1.0, grace: float = 10.0):
                 yield job, False
         if pending:
             time.sleep(poll)
+
+
+def task_error(message: str) -> str:
+    """A failed task's own last line (the exception), out of submitit's message around its traceback."""
+    parts = message.split("----------------------")
+    lines = (parts[1] if len(parts) > 2 else message).strip().splitlines() or [""]
+    return lines[-1].removeprefix("scratch.sweep.")[:120]
+
+
+class Cancelled(Exception):
+    """A task stopped by a cancel, with every run's checkpoint written: the job's error, which the sweep reports."""
 
 
 def _preemption_signal():
@@ -380,7 +397,7 @@ def execute(config: SweepConfig, work: list[list[RunConfig]], devices: list[str]
             try:
                 results = job.result()
             except (submitit.core.utils.UncompletedJobError, submitit.core.utils.FailedJobError) as err:
-                unfinished.append(f"task {job.job_id}: {str(err).strip().splitlines()[-1][:100]}")
+                unfinished.append(f"task {job.job_id}: {task_error(str(err))}")
                 continue
             for rows in results:
                 on_rows(rows)

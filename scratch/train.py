@@ -530,7 +530,7 @@ def run_pack(
         elif should_stop is not None and should_stop():
             save(train_seconds + time.perf_counter() - interval_started)
             for log in logs:
-                log(f"preempted at step {step}: checkpoint written")
+                log(f"stopped at step {step} (a signal): checkpoint written")
             raise Preempted(step)
     tokens_per_s = tokens_seen / train_seconds if train_seconds else 0.0
     machine = describe()

@@ -101,33 +101,36 @@ def test_a_sweep_on_slurm_equals_the_local_launchers(cluster, tmp_path):
 
 
 def test_a_cancelled_sweep_resumes_every_run_from_its_checkpoint(cluster, tmp_path):
-    """scancel of the array mid-run: one line, exit 2. The same command again submits the unfinished runs only,
-    and each resumes from its last checkpoint: none trains again from step 0."""
+    """scancel of the array mid-run: each running task stops at its next step with its runs' checkpoints written
+    (submitit alone would ignore the SIGTERM and train on until Slurm's SIGKILL); the sweep says so in one line, exit
+    2. The same command again submits the unfinished runs only, and each resumes from the step it stopped at."""
     name = job_name()
     config = write(tmp_path / "sweep.yaml", SWEEP.format(steps=2000, every=100, slurm=own_jobs(name)))
     out = tmp_path / "run"
     running = sweep(config, out, "--launcher", "slurm", background=True)
-    cells = []
     deadline = time.monotonic() + 180
-    while time.monotonic() < deadline:
-        cells = [c for c in (out / "cells").glob("*") if (c / "checkpoint.pt").exists()]
-        if len(cells) == 4:
-            break
-        time.sleep(0.5)
-    assert len(cells) == 4, "every run has a checkpoint before the cancel"
+    while time.monotonic() < deadline and not list((out / "cells").glob("*/checkpoint.pt")):
+        time.sleep(0.2)
+    assert list((out / "cells").glob("*/checkpoint.pt")), "a run has a checkpoint before the cancel"
     subprocess.run(["scancel", "--name", name], check=True)
     _, err = running.communicate(timeout=120)
     lines = [line for line in err.replace("\r", "\n").splitlines() if line.startswith("error")]
     assert running.returncode == 2 and len(lines) == 1 and "did not finish" in lines[0], err[-2000:]
+    assert "cancelled (SIGTERM) at step" in lines[0], lines[0]
+    stopped = {}  # cell -> the step its task stopped at (a pack still queued at the cancel never started)
+    for log in (out / "cells").glob("*/train.log"):
+        found = re.search(r"stopped at step (\d+)", log.read_text())
+        if found:
+            stopped[log.parent.name] = int(found.group(1))
+    assert stopped and min(stopped.values()) > 0, stopped
     again = sweep(config, out, "--launcher", "slurm")
     assert again.returncode == 0, again.stderr[-2000:]
-    # A run the cluster finished before the cancel is not run again (a slow machine may queue one pack behind the
-    # other); every run it had not finished resumes from its checkpoint, and at least one had not.
     done, todo = map(int, re.search(r"(\d+) of 4 cells done; running (\d+)", again.stderr).groups())
-    assert done + todo == 4 and todo >= 1, again.stderr[-2000:]
-    logs = [(cell / "train.log").read_text() for cell in (out / "cells").glob("*")]
-    assert sum("resumed at step" in log for log in logs) == todo
-    assert not [log for log in logs if "resumed at step 0" in log]
+    assert (done, todo) == (0, 4), again.stderr[-2000:]
+    for cell, step in stopped.items():
+        assert f"resumed at step {step}\n" in (out / "cells" / cell / "train.log").read_text(), cell
+    logs = [log.read_text() for log in (out / "cells").glob("*/train.log")]
+    assert sum("resumed at step" in log for log in logs) == len(stopped), "a run never started starts afresh"
     assert len(results(out)) == 4
 
 
@@ -177,8 +180,8 @@ def test_a_task_warned_of_its_time_limit_checkpoints_is_requeued_and_finishes_as
     assert running.returncode == 0, err[-2000:]
     (log,) = [cell / "train.log" for cell in (out / "cells").glob("*")]
     text_log = log.read_text()
-    assert "preempted at step" in text_log, text_log[-2000:]
-    step = text_log.split("preempted at step ")[1].split(":")[0]
+    assert "stopped at step" in text_log, text_log[-2000:]
+    step = text_log.split("stopped at step ")[1].split(" ")[0]
     assert f"resumed at step {step}" in text_log
     local = sweep(config, tmp_path / "local", "--launcher", "local")
     assert local.returncode == 0, local.stderr[-2000:]
