@@ -46,6 +46,14 @@ class AnswerMode:
         """What of a kept generation the scorer reads."""
         raise NotImplementedError
 
+    def split(self, text: str) -> tuple[str, str]:
+        """(thinking, answer) of a kept generation: what is never read, and what the answer is read from."""
+        return "", text
+
+    def describe(self) -> str:
+        """The mode as each row records it, which ``answer_mode`` reads back (a rescore reads answers the same way)."""
+        return self.name
+
 
 @dataclass(frozen=True)
 class FirstLine(AnswerMode):
@@ -103,3 +111,56 @@ def stop_length(tokenizer, token_ids: list[int], answer: AnswerMode) -> int:
         ):
             return used
     return len(token_ids)
+
+
+@dataclass(frozen=True)
+class FreeForm(AnswerMode):
+    """An answer in the model's own words, as models that reason first give it: generation runs to the end of the
+    model's turn (its end-of-sequence token) within ``max_new_tokens``; a thinking block that ends at ``think_end``
+    (``<think>...</think>``, or the marker a model uses) is kept in the sample but never read for the answer; the
+    answer is read from what follows it, by the free-form rules of harness/scoring.py. A generation the budget cut
+    before its end is truncated: its own verdict, never silently wrong."""
+
+    max_new_tokens: int = 512
+    think_end: str = "</think>"
+    think_start: str = "<think>"
+    name = "free-form"
+
+    def budget(self, task: Task, base: int, length: int, count_tokens: Callable[[str], int]) -> int:
+        return self.max_new_tokens
+
+    def done(self, text: str) -> bool:
+        return False  # only the end of the model's turn ends it
+
+    def may_finish(self, token_text: str) -> bool:
+        return False
+
+    def kept(self, text: str) -> str:
+        return text
+
+    def split(self, text: str) -> tuple[str, str]:
+        """(thinking, answer): the text up to the last ``think_end`` and what follows it; a block opened with
+        ``think_start`` and never closed is all thinking (the answer has not begun)."""
+        cut = text.rfind(self.think_end)
+        if cut >= 0:
+            return text[: cut + len(self.think_end)], text[cut + len(self.think_end) :]
+        if text.lstrip().startswith(self.think_start):
+            return text, ""
+        return "", text
+
+    def answer_text(self, text: str) -> str:
+        return self.split(text)[1]
+
+    def describe(self) -> str:
+        return f"{self.name}:{self.max_new_tokens}:{self.think_end}"
+
+
+def answer_mode(described: str) -> AnswerMode:
+    """The answer mode a row records (``describe``): first-line, or free-form:BUDGET:THINK_END."""
+    if described in ("", FIRST_LINE.name):
+        return FIRST_LINE
+    name, _, rest = described.partition(":")
+    budget, _, think_end = rest.partition(":")
+    if name != FreeForm.name or not budget.isdigit() or not think_end:
+        raise ValueError(f"no answer mode {described!r}")
+    return FreeForm(int(budget), think_end)

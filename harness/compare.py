@@ -120,12 +120,14 @@ def compare(task: str, base: int, length: str, baseline: str, variant: str, pair
 
 
 def paired_comparisons(samples: Sequence[dict], series_of, task_of) -> list[Comparison]:
-    """Every series against every earlier one, per cell and pooled per task. ``series_of(sample)`` and
-    ``task_of(sample)`` name a sample's series and task label. Problems are matched by cell and index, and only
-    where both series asked the same expression (a check, since the same seed gives the same problems)."""
+    """Every series against every earlier one, per cell and pooled per task (a run of several seeds: each cell's
+    pairs pooled over the seeds). ``series_of(sample)`` and ``task_of(sample)`` name a sample's series and task
+    label. Problems are matched by cell, seed and index, and only where both series asked the same expression (a
+    check, since the same seed gives the same problems)."""
     correct: dict[str, dict[tuple, tuple[str, bool]]] = {}
     for sample in samples:
-        key = (task_of(sample), int(sample["base"]), int(sample["length"]), int(sample["index"]))
+        key = (task_of(sample), int(sample["base"]), int(sample["length"]), int(sample.get("seed", 0)))
+        key += (int(sample["index"]),)
         correct.setdefault(series_of(sample), {})[key] = (sample["expression"], bool(sample["correct"]))
     names = list(correct)
     results: list[Comparison] = []

@@ -8,10 +8,10 @@ from importlib import resources
 from pathlib import Path
 from typing import Annotated, Any, Literal, get_args, get_origin
 
-from pydantic import AfterValidator, Field, TypeAdapter, ValidationError
+from pydantic import AfterValidator, BeforeValidator, Field, TypeAdapter, ValidationError
 
-from harness.answers import FIRST_LINE, AnswerMode
-from harness.bounds import BATCH_SIZE, SAMPLES, SEED, TENSOR_PARALLEL, Bound, unique
+from harness.answers import FIRST_LINE, AnswerMode, FreeForm
+from harness.bounds import BATCH_SIZE, SAMPLES, SEED, TENSOR_PARALLEL, Bound, parse_int_list, unique
 from harness.configfiles import Lengths, Names, StrictModel, load_yaml_model
 from harness.errors import UserError
 from harness.models import get_model, precision_registry
@@ -21,6 +21,22 @@ from harness.prompts import prompt_deviations
 DEFAULT_RUNS = Path("runs") / "eval"  # relative to the working directory; runs/ is in .gitignore
 
 
+def _seed_list(value: Any) -> Any:
+    """Seeds as a list [0, 1, 2], or a string "0,1,2" / "0-2"."""
+    return parse_int_list(value) if isinstance(value, str) else value
+
+
+def _distinct_seeds(values: list[int] | None) -> list[int] | None:
+    if values is None:
+        return None
+    for value in values:
+        problem = SEED.problem(value)
+        if problem:
+            raise ValueError(f"seed {problem}")
+    return unique(values, "the seeds", error=ValueError)
+
+
+MAX_NEW_TOKENS = Bound(1, 131_072, "the longest context of the models in use")
 # 0 is meaningful here: no check.
 INVARIANCE = Bound(0, SAMPLES.high, "the check re-runs problems of a cell, which has at most this many")
 CONCURRENCY = Bound(1, 1024, "more requests in flight than any server queues usefully")
@@ -84,6 +100,33 @@ class EvalConfig(StrictModel):
     tensor_parallel_size: Annotated[
         int, TENSOR_PARALLEL.field, Field(description="GPUs per model for --backend vllm (default 1)")
     ] = 1
+    seeds: Annotated[
+        list[int] | None,
+        BeforeValidator(_seed_list),
+        AfterValidator(_distinct_seeds),
+        Field(description="run the grid once per seed (each draws its own problems), e.g. 0,1,2; pooled over seeds"),
+    ] = None
+    prompt: Annotated[
+        Literal["few-shot", "zero-shot", "cot"],
+        Field(description="few-shot (the paper's), zero-shot (an instruction) or cot (reason step by step first)"),
+    ] = "few-shot"
+    answer: Annotated[
+        Literal["first-line", "free-form"],
+        Field(
+            description="first-line (the paper's: the first line is the answer) or free-form (to the end of the "
+            "model's turn; a thinking block is kept but not read; the final answer read from what follows)"
+        ),
+    ] = "first-line"
+    max_new_tokens: Annotated[
+        int | None, MAX_NEW_TOKENS.field, Field(description="free-form: the token budget of every problem (512)")
+    ] = None
+    think_end: Annotated[str, Field(min_length=1, description="free-form: where a thinking block ends (</think>)")] = (
+        "</think>"
+    )
+    thinking: Annotated[
+        Literal["auto", "on", "off"],
+        Field(description="the chat template's thinking switch (enable_thinking) where it has one: auto leaves it"),
+    ] = "auto"
     invariance_check: Annotated[
         int,
         INVARIANCE.field,
@@ -126,7 +169,9 @@ class EvalConfig(StrictModel):
 
 SETTINGS = ("samples", "seed", "decoding", "base", "batch_size", "backend", "tensor_parallel_size", "invariance_check")
 SETTINGS += ("batch_invariant", "api_base", "api_model", "api_endpoint", "concurrency", "api_timeout", "api_retries")
-SETTINGS += ("api_accept_model", "api_allow_other_endpoint")
+SETTINGS += ("api_accept_model", "api_allow_other_endpoint", "seeds", "prompt", "answer", "max_new_tokens", "think_end")
+SETTINGS += ("thinking",)
+SPEC_FIELD = {"answer": "answer_name"}  # RunSpec.answer is the answer mode the setting names
 API_SETTINGS = ("api_base", "api_model", "api_endpoint", "concurrency", "api_timeout", "api_retries")
 API_SETTINGS += ("api_accept_model", "api_allow_other_endpoint")
 
@@ -202,22 +247,46 @@ class RunSpec:
     api_retries: int = 5
     api_accept_model: str | None = None
     api_allow_other_endpoint: bool = False
+    seeds: list[int] | None = None
+    prompt: str = "few-shot"
+    answer_name: str = "first-line"
+    max_new_tokens: int | None = None
+    think_end: str = "</think>"
+    thinking: str = "auto"
     extra: dict = field(default_factory=dict)
 
     @property
     def answer(self) -> AnswerMode:
         """How a generation stops, how long it may run and what of it is scored (harness/answers.py)."""
+        if self.answer_name == "free-form":
+            return FreeForm(self.max_new_tokens or FreeForm.max_new_tokens, self.think_end)
         return FIRST_LINE
 
     @property
+    def all_seeds(self) -> list[int]:
+        """The seeds the grid runs with: --seeds, else the one --seed."""
+        return list(self.seeds) if self.seeds else [self.seed]
+
+    @property
     def identity(self) -> dict:
-        """The settings every row of a run directory shares."""
-        return {"samples": self.samples, "seed": self.seed, "decoding": self.decoding}
+        """The settings every row of a run directory shares (a run of several seeds holds a cell per seed)."""
+        return {
+            "samples": self.samples,
+            "decoding": self.decoding,
+            "prompt": self.prompt,
+            "answer": self.answer.describe(),
+        }
 
     def default_out(self) -> Path:
         """runs/eval/CONFIG-DECODING-nN-seedS: git-ignored, so a run never resumes into (or edits) the committed
-        reference results under reports/, which are written with an explicit --out."""
-        name = f"{self.config_name}-{self.decoding}-n{self.samples}-seed{self.seed}"
+        reference results under reports/, which are written with an explicit --out. Runs that ask otherwise than
+        the paper (another prompt, free-form answers) and of several seeds say so in the name."""
+        seeds = ",".join(map(str, self.all_seeds))
+        name = f"{self.config_name}-{self.decoding}-n{self.samples}-seed{'s' if len(self.all_seeds) > 1 else ''}{seeds}"
+        if self.prompt != "few-shot":
+            name += f"-{self.prompt}"
+        if self.answer_name != "first-line":
+            name += f"-{self.answer_name}"
         if self.model_path:  # other weights under the same model name: never resume into the registry's cells
             name += "-" + Path(self.model_path).name
         return DEFAULT_RUNS / name
@@ -230,10 +299,13 @@ class RunSpec:
             "config_precisions": self.config_precisions,
             "variants": [":".join(pair) for pair in self.variants] if self.variants else None,
             "grid": {task.label: lengths for task, lengths in self.grid},
-            **{name: getattr(self, name) for name in SETTINGS},
+            **{name: getattr(self, SPEC_FIELD.get(name, name)) for name in SETTINGS},
             "model_path": self.model_path,
             "adapter": self.adapter,
-            "prompt_deviations": [note for task, _ in self.grid for note in prompt_deviations(task, self.base)],
+            "answer_mode": self.answer.describe(),
+            "prompt_deviations": [
+                note for task, _ in self.grid for note in prompt_deviations(task, self.base, self.prompt)
+            ],
         }
 
 
@@ -304,8 +376,13 @@ def build_spec(
         model_path=model_path,
         adapter=adapter,
         out=out,
-        **{name: getattr(merged, name) for name in SETTINGS},
+        **{SPEC_FIELD.get(name, name): getattr(merged, name) for name in SETTINGS},
     )
+    if settings.get("seed") is not None and settings.get("seeds") is not None:
+        raise UserError("--seed and --seeds both given: --seeds 0,1,2 runs several, --seed 3 one; give one")
+    if spec.answer_name != "free-form" and (merged.max_new_tokens is not None or merged.think_end != "</think>"):
+        flag = "--max-new-tokens" if merged.max_new_tokens is not None else "--think-end"
+        raise UserError(f"{flag} sets the budget or thinking of free-form answers; add --answer free-form")
     for task, task_lengths in spec.grid:
         for length in task_lengths:
             check_cell_bounds(spec.base, length, task)

@@ -27,14 +27,14 @@ from harness.config import SETTINGS, RunSpec, add_setting_flags, build_spec, loa
 from harness.errors import UserError
 from harness.evidence import sample_digest
 from harness.machine import describe
-from harness.models import EndpointSource, ModelSpec, PrecisionSpec, get_model, get_precision
+from harness.models import EndpointSource, ModelSpec, PrecisionSpec, get_model, get_precision, held_out
 from harness.parallel import Processes
 from harness.problems import Task, generate
-from harness.prompts import TEMPLATE_FOR_TASK, user_message
+from harness.prompts import template_name, user_message
 from harness.report import write_reports
 from harness.results import CellResult, cell_key
 from harness.rundir import RunDir
-from harness.scoring import extract, is_correct, wilson_interval
+from harness.scoring import is_correct, judge, wilson_interval
 from harness.weights import (
     check_adapter_dir,
     check_hardware,
@@ -161,27 +161,31 @@ def tokenizer_model(model: ModelSpec) -> ModelSpec | None:
 
 @dataclass
 class Cell:
-    """One (variant, task, length) cell's problems and prompts, generated together with its group."""
+    """One (variant, task, length, seed) cell's problems and prompts, generated together with its group."""
 
     variant: Variant
     task: Task
     length: int
+    seed: int
     problems: list = field(default_factory=list)
     prompts: list[str] = field(default_factory=list)
 
 
-def plan_groups(todo: list[tuple[Variant, Task, int]], spec: RunSpec) -> list[list[tuple[Variant, Task, int]]]:
+Todo = tuple[Variant, Task, int, int]  # a cell to compute: variant, task, length, seed
+
+
+def plan_groups(todo: list[Todo], spec: RunSpec) -> list[list[Todo]]:
     """Consecutive cells of one variant and one prompt template, up to a batch of problems, are generated in
     one call: their rows share the prefix and decode side by side, so one cell's long-winded stragglers do not
     run alone (1.2x here on the quick grid). Results stay per cell and do not depend on the grouping."""
-    groups: list[list[tuple[Variant, Task, int]]] = []
+    groups: list[list[Todo]] = []
     for item in todo:
-        variant, task, _ = item
+        variant, task = item[0], item[1]
         last = groups[-1] if groups else None
         joinable = (
             last is not None
             and last[0][0] is variant
-            and TEMPLATE_FOR_TASK[last[0][1].name] == TEMPLATE_FOR_TASK[task.name]
+            and template_name(last[0][1].name, spec.prompt) == template_name(task.name, spec.prompt)
             and spec.samples * (len(last) + 1) <= spec.batch_size
         )
         if joinable:
@@ -191,16 +195,14 @@ def plan_groups(todo: list[tuple[Variant, Task, int]], spec: RunSpec) -> list[li
     return groups
 
 
-def run_group(
-    backend, group: list[tuple[Variant, Task, int]], spec: RunSpec, progress, processes: Processes
-) -> list[tuple[CellResult, list]] | None:
-    """Generate a group of cells in one call, then score each. Under data parallelism only the main process
-    gets the cells back."""
+def run_group(backend, group: list[Todo], spec: RunSpec, progress, processes: Processes):
+    """Generate a group of cells in one call, then score each: (row, samples) per cell. Under data parallelism only
+    the main process gets the cells back (None elsewhere)."""
     cells, budgets, seeds = [], [], []
-    for variant, task, length in group:
-        cell = Cell(variant, task, length, generate(task, spec.base, length, spec.samples, spec.seed))
-        cell.prompts = [backend.chat_prompt(user_message(problem)) for problem in cell.problems]
-        cell_seed = zlib.crc32(f"{spec.seed}|{task.label}|{spec.base}|{length}".encode())
+    for variant, task, length, seed in group:
+        cell = Cell(variant, task, length, seed, generate(task, spec.base, length, spec.samples, seed))
+        cell.prompts = [backend.chat_prompt(user_message(problem, spec.prompt)) for problem in cell.problems]
+        cell_seed = zlib.crc32(f"{seed}|{task.label}|{spec.base}|{length}".encode())
         cells.append(cell)
         budgets += [spec.answer.budget(task, spec.base, length, backend.count_tokens)] * len(cell.problems)
         seeds += row_seeds(cell_seed, len(cell.problems))  # a cell's samples do not depend on its group
@@ -268,7 +270,7 @@ def invariance_check(
         problem, before = cell.problems[index], samples[index]
         progress.update(1)
         outputs += again.text != before["output"]
-        answer = extract(again.text, spec.base, problem.expression, spec.answer).answer
+        answer = judge(again.text, spec.base, problem.expression, spec.answer, not again.finished).answer
         verdicts += is_correct(answer, problem.answer, spec.base) != before["correct"]
     flip_batch = ",".join(str(size) for size in sorted(sizes))
     return replace(row, flip_k=k, flip_outputs=outputs, flip_verdicts=verdicts, flip_batch=flip_batch)
@@ -288,14 +290,17 @@ def score_cell(backend, cell: Cell, spec: RunSpec, generations, wall: float, tok
     }
     samples, correct, no_answer = [], 0, 0
     for problem, prompt, generation in zip(problems, prompts, generations, strict=True):
-        extraction = extract(generation.text, spec.base, problem.expression, spec.answer)
+        truncated = not generation.finished
+        extraction = judge(generation.text, spec.base, problem.expression, spec.answer, truncated)
         answer = extraction.answer
         hit = is_correct(answer, problem.answer, spec.base)
         correct += hit
         no_answer += answer is None
+        thinking = spec.answer.split(generation.text)[0]
         samples.append(
             {
                 **key,
+                "seed": cell.seed,
                 "index": problem.index,
                 "expression": problem.expression,
                 "prompt": prompt,
@@ -304,6 +309,9 @@ def score_cell(backend, cell: Cell, spec: RunSpec, generations, wall: float, tok
                 "rule": extraction.rule,
                 "gold": problem.answer,
                 "correct": hit,
+                "tokens": generation.tokens,
+                "thinking_tokens": min(generation.tokens, backend.count_tokens(thinking)) if thinking else 0,
+                "truncated": truncated,
             }
         )
         samples[-1]["digest"] = sample_digest(samples[-1])
@@ -324,7 +332,7 @@ def score_cell(backend, cell: Cell, spec: RunSpec, generations, wall: float, tok
         accuracy=correct / len(problems),
         ci_low=low,
         ci_high=high,
-        seed=spec.seed,
+        seed=cell.seed,
         truncate=task.truncate or "",
         decoding=spec.decoding,
         method=precision.method,
@@ -339,9 +347,30 @@ def score_cell(backend, cell: Cell, spec: RunSpec, generations, wall: float, tok
         tokens_per_s=tokens_per_s,
         kernel=backend.kernel,
         matmul_precision=backend.matmul_precision,
+        prompt_style=spec.prompt,
+        answer_mode=spec.answer.describe(),
+        **length_fields(samples),
         **served_fields(backend, Sampling.named(spec.decoding), generations),
     )
     return row, samples
+
+
+def length_fields(samples: list[dict]) -> dict:
+    """A row's lengths: generated tokens per problem (mean, median, 90th percentile, most), thinking and answer tokens,
+    and how many generations the budget cut."""
+    import numpy as np
+
+    tokens = np.array([sample["tokens"] for sample in samples], dtype=float)
+    thinking = np.array([sample["thinking_tokens"] for sample in samples], dtype=float)
+    return {
+        "tokens_mean": float(tokens.mean()),
+        "tokens_median": float(np.median(tokens)),
+        "tokens_p90": float(np.percentile(tokens, 90)),
+        "tokens_max": int(tokens.max()),
+        "thinking_tokens_mean": float(thinking.mean()),
+        "answer_tokens_mean": float((tokens - thinking).mean()),
+        "truncated": sum(sample["truncated"] for sample in samples),
+    }
 
 
 def served_fields(backend, sampling: Sampling, generations) -> dict:
@@ -407,7 +436,8 @@ def evaluate(spec: RunSpec, command: str, load=load_variant) -> RunDir | None:
         print(f"repaired {out}: {repair}", file=sys.stderr)
     done = processes.share(run_dir.done if run_dir else None)
     todo = [
-        (variant, task, length)
+        (variant, task, length, seed)
+        for seed in spec.all_seeds
         for variant in variants
         for task, lengths in spec.grid
         for length in lengths
@@ -420,12 +450,16 @@ def evaluate(spec: RunSpec, command: str, load=load_variant) -> RunDir | None:
             task.truncate,
             spec.base,
             length,
+            seed,
         )
         not in done
     ]
-    total_cells = len(variants) * sum(len(lengths) for _, lengths in spec.grid)
+    total_cells = len(spec.all_seeds) * len(variants) * sum(len(lengths) for _, lengths in spec.grid)
     if len(todo) < total_cells and processes.is_main:
         print(f"resuming in {out}: {total_cells - len(todo)} of {total_cells} cells already done", file=sys.stderr)
+    if processes.is_main:
+        for note in overlap_notes(variants, spec):
+            print(note, file=sys.stderr)
     commands = run_dir.commands() if run_dir else []
     progress = tqdm(
         # an invariance check generates K problems of each cell again, on the main process
@@ -441,13 +475,16 @@ def evaluate(spec: RunSpec, command: str, load=load_variant) -> RunDir | None:
         for group in plan_groups(todo, spec):
             variant = group[0][0]
             if loaded_for is not variant:
+                record_pacing(run_dir, loaded_for, backend)
                 backend = None  # free the previous model before loading the next
                 progress.set_description(f"loading {variant.label}")
                 backend = load(variant, spec)
+                backend.set_thinking(spec.thinking)
                 loaded_for = variant
                 for repair in getattr(backend, "repairs", []):  # a served run's journal, checked as it loads
                     progress.write(f"repaired {out}: {repair}", file=sys.stderr)
-            names = ", ".join(f"{task.label} n={length}" for _, task, length in group)
+            seeded = len(spec.all_seeds) > 1
+            names = ", ".join(f"{t.label} n={n}" + (f" seed {s}" if seeded else "") for _, t, n, s in group)
             progress.set_description(f"{variant.label} {names}")
             cells = run_group(backend, group, spec, progress, processes)
             if cells is None or run_dir is None:
@@ -467,10 +504,39 @@ def evaluate(spec: RunSpec, command: str, load=load_variant) -> RunDir | None:
         if run_dir is not None:
             write_reports(run_dir.path, run_dir.rows, commands, run_dir.samples)
     finally:
+        record_pacing(run_dir, loaded_for, backend)
         progress.close()
         if run_dir is not None:
             run_dir.close()
     return run_dir
+
+
+def record_pacing(run_dir: RunDir | None, variant: Variant | None, backend) -> None:
+    """A served model's pacing (harness/backends/pacing.py), traced into run.json: where it settled and every
+    change of the number of requests in flight."""
+    pacing = getattr(backend, "pacing", None)
+    if run_dir is None or variant is None or pacing is None or len(pacing.trace) < 1:
+        return
+    record = {"ceiling": pacing.ceiling, "settled": pacing.settled(), "trace": pacing.trace}
+    run_dir.note(f"pacing {variant.label}", record)
+
+
+def overlap_notes(variants, spec) -> list[str]:
+    """A line per fine-tuned model whose cells here may hold problems it trained on (summary.md says it again)."""
+    notes = []
+    for name in dict.fromkeys(variant.model.name for variant in variants):
+        kept = held_out(name)
+        seeds = [
+            seed
+            for seed in spec.all_seeds
+            if kept and any(kept.overlap(seed, n, spec.samples) for _, lengths in spec.grid for n in lengths)
+        ]
+        if seeds:
+            notes.append(
+                f"note: {name}'s fine-tuning kept out only the first {kept.count} problems per cell of seed "
+                f"{kept.seed}; its cells at seed {', '.join(map(str, seeds))} may hold problems it trained on"
+            )
+    return notes
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -508,10 +574,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if run_dir is None:  # a helper process of a data-parallel run: the main process reports
         return 0
     print((run_dir.path / "summary.md").read_text(encoding="utf-8").split("## Models")[0].rstrip())
-    print(
-        f"\nwrote {run_dir.path}/ (results.csv, samples.jsonl, summary.md, accuracy_vs_length.png) "
-        f"in {time.perf_counter() - started:.0f} s"
-    )
+    shown = ("results.csv", "pooled.csv", "samples.jsonl", "summary.md", "accuracy_vs_length.png", "lengths.png")
+    written = ", ".join(name for name in shown if (run_dir.path / name).exists())
+    print(f"\nwrote {run_dir.path}/ ({written}) in {time.perf_counter() - started:.0f} s")
     return 0
 
 

@@ -24,9 +24,10 @@ import json
 import math
 from dataclasses import dataclass, replace
 
+from harness.answers import answer_mode
 from harness.problems import Task, generate
 from harness.results import CellResult, Sample
-from harness.scoring import extract, is_correct, wilson_interval
+from harness.scoring import is_correct, judge, wilson_interval
 
 # What the digest covers: the evidence, not what is derived from it (extracted, rule, correct are read again).
 EVIDENCE = ("model", "precision", "adapter", "task", "operands", "truncate", "base", "length", "index")
@@ -67,8 +68,9 @@ def check_cell_evidence(row: CellResult, samples: dict[int, Sample], digests: bo
             why = f"sample {sample['index']} was edited ({change})"
             return CellCheck("untrusted", why, row, found, [], 0)
     rescored, changed, readings, no_answer = [], [], 0, 0
+    mode = answer_mode(row.answer_mode)
     for sample in found:
-        extraction = extract(sample["output"], row.base, sample["expression"])
+        extraction = judge(sample["output"], row.base, sample["expression"], mode, bool(sample.get("truncated")))
         verdict = is_correct(extraction.answer, sample["gold"], row.base)
         readings += extraction.answer != sample.get("extracted")
         no_answer += extraction.answer is None

@@ -127,6 +127,38 @@ def precision_registry() -> dict[str, PrecisionSpec]:
     return _named("precisions.yaml", _Precisions, "precisions")
 
 
+class HeldOut(Frozen):
+    """The evaluation problems a model fine-tuned here kept out of its training data (finetune/data.py): each cell's
+    first ``count`` problems of seed ``seed``, at the operand lengths it trained on. Other seeds' problems, and
+    problems past the first ``count``, may be among those it trained on."""
+
+    seed: int
+    count: int
+    lengths: tuple[int, ...]
+
+    def overlap(self, seed: int, length: int, n: int) -> bool:
+        """Whether a cell (seed, length, n problems) may hold problems the model trained on."""
+        return length in self.lengths and (seed != self.seed or n > self.count)
+
+
+@cache
+def held_out(name: str) -> HeldOut | None:
+    """What the fine-tuning of registry model ``name`` kept out of its data, from its adapter's train_config.yaml;
+    None for a model with no such record (not fine-tuned here, or not in the registry)."""
+    model = model_registry().get(name)
+    if model is None or not isinstance(model.source, AdapterSource):
+        return None
+    record = Path(str(resources.files("harness").joinpath(model.source.path))) / "train_config.yaml"
+    if not record.is_file():
+        return None
+    data = (yaml.safe_load(record.read_text()) or {}).get("data", {})
+    return HeldOut(
+        seed=int(data.get("seed", 0)),
+        count=int(data.get("eval_count", 1000)),  # finetune.data's default
+        lengths=tuple(data.get("lengths", range(1, 10))),
+    )
+
+
 def get_model(name: str) -> ModelSpec:
     models = model_registry()
     if name not in models:

@@ -8,6 +8,7 @@ rescores), so that at its end they describe exactly the cells that are saved.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from functools import cache
 from importlib import resources
 from pathlib import Path
@@ -18,6 +19,8 @@ from harness.anatomy import AnatomyRow, anatomy_csv, anatomy_markdown, anatomy_p
 from harness.compare import Comparison, comparisons_csv, comparisons_markdown, paired_comparisons
 from harness.figures import accuracy_axes, figure_png
 from harness.files import atomic_write_bytes, atomic_write_text
+from harness.lengths import LengthComparison, lengths_csv, lengths_markdown, lengths_plot_png, paired_lengths
+from harness.models import held_out
 from harness.problems import parse_task
 from harness.prompts import prompt_deviations
 from harness.results import CellKey, CellResult, Sample
@@ -42,13 +45,50 @@ def reference() -> dict[str, dict[str, dict[int, float]]]:
     return yaml.safe_load(resources.files("harness").joinpath("reference.yaml").read_text(encoding="utf-8"))
 
 
-def _grouped(rows: Sequence[CellResult]) -> dict[tuple[str, int], dict[str, dict[int, CellResult]]]:
-    """(task label, base) -> series label -> length -> row, in first-seen order."""
-    groups: dict[tuple[str, int], dict[str, dict[int, CellResult]]] = {}
+@dataclass(frozen=True)
+class Pooled:
+    """A series' cell over the run's seeds (one seed: that cell): counts summed, accuracy and its Wilson interval
+    from them, and the per-seed accuracies' range."""
+
+    correct: int
+    n: int
+    no_answer: int
+    seeds: int
+    lowest: float
+    highest: float
+
+    @classmethod
+    def of(cls, rows: Sequence[CellResult]) -> Pooled:
+        accuracies = [row.correct / row.n for row in rows]
+        correct, n = sum(row.correct for row in rows), sum(row.n for row in rows)
+        return cls(correct, n, sum(row.no_answer for row in rows), len(rows), min(accuracies), max(accuracies))
+
+    @property
+    def accuracy(self) -> float:
+        return self.correct / self.n
+
+    @property
+    def interval(self) -> tuple[float, float]:
+        return wilson_interval(self.correct, self.n)
+
+    def cell(self) -> str:
+        """'0.625 [0.47, 0.76]' from the counts (results.csv keeps 4 decimals: rounding its values again would print
+        0.62 for 0.625); over several seeds, the seeds' range after it."""
+        low, high = self.interval
+        spread = f" (seeds {self.lowest:.2f}-{self.highest:.2f})" if self.seeds > 1 else ""
+        return f"{self.accuracy:.3f} [{low:.2f}, {high:.2f}]{spread}"
+
+
+def _grouped(rows: Sequence[CellResult]) -> dict[tuple[str, int], dict[str, dict[int, Pooled]]]:
+    """(task label, base) -> series label -> length -> the cell pooled over seeds, in first-seen order."""
+    groups: dict[tuple[str, int], dict[str, dict[int, list[CellResult]]]] = {}
     for row in rows:
         series = groups.setdefault((task_label(row), row.base), {})
-        series.setdefault(series_label(row), {})[row.length] = row
-    return groups
+        series.setdefault(series_label(row), {}).setdefault(row.length, []).append(row)
+    return {
+        key: {name: {length: Pooled.of(own) for length, own in cells.items()} for name, cells in series.items()}
+        for key, series in groups.items()
+    }
 
 
 def summary_markdown(
@@ -56,19 +96,31 @@ def summary_markdown(
     commands: Sequence[str],
     comparisons: Sequence[Comparison] = (),
     anatomy: Sequence[AnatomyRow] = (),
+    length_comparisons: Sequence[LengthComparison] = (),
 ) -> str:
     lines = ["# Accuracy vs operand length", ""]
     if rows:
         first = rows[0]
+        seeds = sorted({row.seed for row in rows})
+        said = f"seed {seeds[0]}" if len(seeds) == 1 else f"seeds {', '.join(map(str, seeds))} (pooled: counts summed)"
         lines.append(
             f"Exact-match accuracy with its Wilson 95% interval; n = {first.n} problems per cell, "
-            f"decoding {first.decoding}, seed {first.seed}."
+            f"decoding {first.decoding}, {said}."
         )
+        if first.prompt_style != "few-shot" or first.answer_mode != "first-line":
+            lines.append(f"Prompt {first.prompt_style}; answers read {first.answer_mode} (harness/answers.py).")
         lines.append("")
-        deviations = sorted({note for row in rows for note in prompt_deviations(parse_task(task_label(row)), row.base)})
+        deviations = sorted(
+            {
+                note
+                for row in rows
+                for note in prompt_deviations(parse_task(task_label(row)), row.base, row.prompt_style)
+            }
+        )
         if deviations:
             lines += ["Prompts that depart from the paper's (which evaluated base 10 only):", ""]
             lines += [f"- {note}" for note in deviations] + [""]
+        lines += training_overlap_markdown(rows)
     for (label, base), series in _grouped(rows).items():
         lines += [f"## {label}, base {base}", ""]
         refs = {name: table[label] for name, table in reference().items() if base == BASE_10_ONLY and label in table}
@@ -79,8 +131,8 @@ def summary_markdown(
         for length in lengths:
             cells = []
             for name in series:
-                row = series[name].get(length)
-                cells.append(accuracy_cell(row) if row else "")
+                pooled = series[name].get(length)
+                cells.append(pooled.cell() if pooled else "")
             cells += [f"{refs[name][length]:.3f}" if length in refs[name] else "" for name in refs]
             lines.append(f"| {length} | " + " | ".join(cells) + " |")
         lines.append("")
@@ -88,6 +140,7 @@ def summary_markdown(
     lines += invariance_markdown(rows)
     lines += unreadable_markdown(rows)
     lines += anatomy_markdown(anatomy)
+    lines += lengths_markdown(rows, length_comparisons)
     lines += [
         "## Models",
         "",
@@ -124,6 +177,28 @@ def summary_markdown(
     return "\n".join(lines)
 
 
+def training_overlap_markdown(rows: Sequence[CellResult]) -> list[str]:
+    """A warning for the cells of a model fine-tuned here that may hold problems it trained on: its data kept out
+    only one seed's first problems of each cell (finetune/data.py), so another seed draws some training problems."""
+    cells: dict[str, list[CellResult]] = {}
+    for row in rows:
+        kept = held_out(row.model)
+        if kept is not None and kept.overlap(row.seed, row.length, row.n):
+            cells.setdefault(row.model, []).append(row)
+    lines = []
+    for model, own in cells.items():
+        kept = held_out(model)
+        seeds = ", ".join(str(s) for s in sorted({row.seed for row in own}))
+        lines.append(
+            f"- **{model} may have trained on some of these problems**: its fine-tuning data kept out only the first "
+            f"{kept.count} problems of each cell at seed {kept.seed}; {len(own)} cell(s) here (seed {seeds}, lengths "
+            f"{min(r.length for r in own)}-{max(r.length for r in own)}) draw others. Read their accuracies as "
+            "possibly inflated; compare it at seed "
+            f"{kept.seed}."
+        )
+    return ["Training overlap:", "", *lines, ""] if lines else []
+
+
 def served_markdown(rows: Sequence[CellResult]) -> list[str]:
     """The series a server answered: what answered them (every model id and endpoint over their cells), and the
     replies cut to their budget or first line; a series answered by several endpoints or models is said as such."""
@@ -154,13 +229,6 @@ def served_markdown(rows: Sequence[CellResult]) -> list[str]:
             "line"
         )
     return lines
-
-
-def accuracy_cell(row: CellResult) -> str:
-    """'0.625 [0.47, 0.76]', from the row's counts (results.csv keeps 4 decimals: rounding its values again would
-    print 0.62 for 0.625)."""
-    low, high = wilson_interval(row.correct, row.n)
-    return f"{row.correct / row.n:.3f} [{low:.2f}, {high:.2f}]"
 
 
 def invariance_markdown(rows: Sequence[CellResult]) -> list[str]:
@@ -226,7 +294,7 @@ def accuracy_plot_png(rows: Sequence[CellResult]) -> bytes:
             x = [n + number * 0.08 - width / 2 for n in lengths]
             marker = MARKERS[number % len(MARKERS)]
             line = ax.plot(x, [cells[n].accuracy for n in lengths], marker=marker, label=name)[0]
-            low, high = [cells[n].ci_low for n in lengths], [cells[n].ci_high for n in lengths]
+            low, high = [cells[n].interval[0] for n in lengths], [cells[n].interval[1] for n in lengths]
             ax.fill_between(x, low, high, color=line.get_color(), alpha=0.15, linewidth=0)
         measured = sorted({n for cells in series.values() for n in cells})
         if base == BASE_10_ONLY:
@@ -249,11 +317,47 @@ def accuracy_plot_png(rows: Sequence[CellResult]) -> bytes:
 
 
 def write_reports(out: Path, rows: Sequence[CellResult], commands: Sequence[str], samples: Sequence[Sample]) -> None:
-    """Every report of a run directory, from its rows and the samples of its finished cells (RunDir.samples)."""
+    """Every report of a run directory, from its rows and the samples of its finished cells (RunDir.samples); a run
+    of several seeds also gets pooled.csv."""
     comparisons = paired_comparisons(samples, series_label, task_label)
     anatomy = anatomy_rows(samples, series_label, task_label)
+    lengths = paired_lengths(samples, series_label, task_label)
     atomic_write_text(out / "comparisons.csv", comparisons_csv(comparisons))
     atomic_write_text(out / "anatomy.csv", anatomy_csv(anatomy))
     atomic_write_bytes(out / "error_anatomy.png", anatomy_plot_png(anatomy))
-    atomic_write_text(out / "summary.md", summary_markdown(rows, commands, comparisons, anatomy))
+    atomic_write_text(out / "summary.md", summary_markdown(rows, commands, comparisons, anatomy, lengths))
     atomic_write_bytes(out / "accuracy_vs_length.png", accuracy_plot_png(rows))
+    if any(row.tokens_mean for row in rows):  # a run written before lengths were recorded has none to report
+        atomic_write_text(out / "lengths.csv", lengths_csv(lengths))
+        atomic_write_bytes(out / "lengths.png", lengths_plot_png(rows, samples))
+    if len({row.seed for row in rows}) > 1:
+        atomic_write_text(out / "pooled.csv", pooled_csv(rows))
+
+
+def pooled_csv(rows: Sequence[CellResult]) -> str:
+    """One line per series and cell over the run's seeds: counts summed, accuracy and Wilson interval from them, and
+    the spread of the per-seed accuracies (lowest, highest, standard deviation)."""
+    import csv
+    import io
+    import statistics
+
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    writer.writerow(
+        ["series", "task", "base", "length", "seeds", "n", "correct", "accuracy", "ci_low", "ci_high"]
+        + ["seed_lowest", "seed_highest", "seed_sd"]
+    )
+    groups: dict[tuple, list[CellResult]] = {}
+    for row in rows:
+        groups.setdefault((series_label(row), task_label(row), row.base, row.length), []).append(row)
+    for (series, task, base, length), own in groups.items():
+        pooled = Pooled.of(own)
+        low, high = pooled.interval
+        accuracies = [row.correct / row.n for row in own]
+        sd = statistics.stdev(accuracies) if len(accuracies) > 1 else 0.0
+        writer.writerow(
+            [series, task, base, length, ",".join(str(row.seed) for row in own), pooled.n, pooled.correct]
+            + [f"{pooled.accuracy:.4f}", f"{low:.4f}", f"{high:.4f}", f"{pooled.lowest:.4f}", f"{pooled.highest:.4f}"]
+            + [f"{sd:.4f}"]
+        )
+    return buffer.getvalue()

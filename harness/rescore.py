@@ -21,7 +21,7 @@ from harness.cli import ArgParser, command_line, input_path, run
 from harness.errors import UserError
 from harness.files import read_json
 from harness.report import write_reports
-from harness.rundir import RunDir
+from harness.rundir import RunDir, recorded_identity
 
 
 def eval_into(command: str, directory: Path) -> str:
@@ -50,7 +50,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     identity = meta.get("identity") if isinstance(meta, dict) else None
     if not isinstance(identity, dict):
         raise UserError(f"{meta_path} has no identity; it was not written by harness.eval")
-    run_dir = RunDir(args.run, identity, command_line("harness.rescore", argv), {"rescore": True}, recompute=False)
+    command = command_line("harness.rescore", argv)
+    run_dir = RunDir(args.run, recorded_identity(identity), command, {"rescore": True}, recompute=False)
     try:
         for repair in run_dir.repairs:
             print(f"rescored {args.run}: {repair}", file=sys.stderr)

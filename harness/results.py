@@ -77,6 +77,20 @@ class CellResult:
     # The machine that computed the cell: an id of run.json's "machines" (CPU instructions, GPU, kernel libraries)
     machine: str = ""
     cut_replies: int = 0  # served models: replies that ran past the request's budget or first line, cut to them
+    # How the model was asked and how its answer was read: the prompt style (few-shot, the paper's; zero-shot; cot)
+    # and the answer mode (first-line, the paper's; free-form:BUDGET:THINK_END), harness/answers.py.
+    prompt_style: str = "few-shot"
+    answer_mode: str = "first-line"
+    # Length is a result: generated tokens per problem (mean, median, 90th percentile, most), thinking and answer
+    # tokens (free form: before and after the thinking block's end), and the generations the budget cut (truncated:
+    # in free form their own verdict, never read as an answer).
+    tokens_mean: float = 0.0
+    tokens_median: float = 0.0
+    tokens_p90: float = 0.0
+    tokens_max: int = 0
+    thinking_tokens_mean: float = 0.0
+    answer_tokens_mean: float = 0.0
+    truncated: int = 0
 
     @property
     def key(self) -> CellKey:
@@ -87,15 +101,17 @@ COLUMNS = [f.name for f in fields(CellResult)]
 # Columns added after run directories were already written; a file without them reads them as "" (not recorded).
 LATER_COLUMNS = {"kernel", "matmul_precision", "flip_k", "flip_outputs", "flip_verdicts", "flip_batch"}
 LATER_COLUMNS |= {"precision_source", "endpoint", "served_model", "request_mode", "decoding_params", "prompt_tokens"}
-LATER_COLUMNS |= {"machine", "cut_replies"}
+LATER_COLUMNS |= {"machine", "cut_replies", "prompt_style", "answer_mode", "tokens_mean", "tokens_median"}
+LATER_COLUMNS |= {"tokens_p90", "tokens_max", "thinking_tokens_mean", "answer_tokens_mean", "truncated"}
 _INT_COLUMNS = {f.name for f in fields(CellResult) if f.type == "int"}
 _FLOAT_COLUMNS = {f.name for f in fields(CellResult) if f.type == "float"}
 
 
 @dataclass(frozen=True)
 class CellKey:
-    """What identifies a cell inside one run directory (samples, seed and decoding are fixed per run): the one key
-    that planning, samples, rows, reports and progress lines use. Build it with ``cell_key`` or ``CellKey.of``."""
+    """What identifies a cell inside one run directory (samples, decoding, prompt and answer mode are fixed per run;
+    a run of several seeds holds a cell per seed): the one key that planning, samples, rows, reports and progress
+    lines use. Build it with ``cell_key`` or ``CellKey.of``."""
 
     model: str
     precision: str
@@ -105,14 +121,17 @@ class CellKey:
     truncate: str  # "" or the number of digits kept, as text (it is read back from CSV and JSON alike)
     base: int
     length: int
+    seed: int = 0
 
-    FIELDS = ("model", "precision", "adapter", "task", "operands", "truncate", "base", "length")
+    FIELDS = ("model", "precision", "adapter", "task", "operands", "truncate", "base", "length", "seed")
 
     @classmethod
     def of(cls, record) -> CellKey:
-        """The key of a sample (a mapping) or of anything with the key's attributes."""
-        get = record.__getitem__ if isinstance(record, dict) else lambda name: getattr(record, name)
-        return cell_key(*(get(name) for name in cls.FIELDS))
+        """The key of a sample (a mapping; one written before seeds were recorded is seed 0 until its run directory
+        gives it the run's) or of anything with the key's attributes."""
+        if isinstance(record, dict):
+            return cell_key(*(record[name] for name in cls.FIELDS[:-1]), record.get("seed", 0))
+        return cell_key(*(getattr(record, name) for name in cls.FIELDS))
 
     @property
     def task_label(self) -> str:
@@ -127,7 +146,7 @@ class CellKey:
         return f"{self.model} {self.precision}" + (f" +{Path(self.adapter).name}" if self.adapter else "")
 
 
-def cell_key(model, precision, adapter, task, operands, truncate, base, length) -> CellKey:
+def cell_key(model, precision, adapter, task, operands, truncate, base, length, seed=0) -> CellKey:
     """The CellKey of these values, normalised (a CSV or JSON field read back equals the value written)."""
     return CellKey(
         str(model),
@@ -138,6 +157,7 @@ def cell_key(model, precision, adapter, task, operands, truncate, base, length) 
         str(truncate or ""),
         int(base),
         int(length),
+        int(seed),
     )
 
 
@@ -223,6 +243,10 @@ class Sample(TypedDict, total=False):
     gold: str
     correct: bool
     digest: str
+    seed: int  # the run seed its cell's problems were drawn with (absent in samples written before seeds were)
+    tokens: int  # generated tokens (absent before lengths were recorded)
+    thinking_tokens: int  # of them, the thinking block's (free form)
+    truncated: bool  # the budget cut the generation before its end
 
 
 # The fields every sample has, with their types; the others (truncate, extracted, digest) are checked where present.
@@ -242,6 +266,8 @@ SAMPLE_FIELDS = {
     "gold": str,
     "correct": bool,
 }
+# Fields of later samples, checked where present.
+OPTIONAL_FIELDS = {"seed": int, "tokens": int, "thinking_tokens": int, "truncated": bool}
 # What a run directory keeps of each sample in memory for its reports (paired comparisons, error anatomy): all but
 # the prompt and the output, which are most of a sample's bytes.
 BULKY_FIELDS = ("prompt", "output")
@@ -265,6 +291,10 @@ def read_sample(line: str) -> tuple[Sample | None, str | None]:
         return None, "'truncate' is not a number"
     if "digest" in record and not isinstance(record["digest"], str):
         return None, "'digest' is not text"
+    for name, kind in OPTIONAL_FIELDS.items():
+        value = record.get(name)
+        if value is not None and (not isinstance(value, kind) or (kind is int and isinstance(value, bool))):
+            return None, f"'{name}' is {type(value).__name__}, not {kind.__name__}"
     try:
         key = CellKey.of(record)
         check_cell_bounds(

@@ -35,9 +35,20 @@ from harness.results import (
     slim,
 )
 
-# Every file a run directory holds (harness/report.py writes the last five from the first two).
+# Every file a run directory holds (harness/report.py writes all but the first three from the first two).
 OUTPUT_FILES = ("results.csv", "samples.jsonl", "run.json", "summary.md", "accuracy_vs_length.png")
-OUTPUT_FILES += ("comparisons.csv", "anatomy.csv", "error_anatomy.png")
+OUTPUT_FILES += ("comparisons.csv", "anatomy.csv", "error_anatomy.png", "lengths.csv", "lengths.png", "pooled.csv")
+
+
+# What a run's identity said before it recorded prompts and answer modes: the paper's.
+IDENTITY_DEFAULTS = {"prompt": "few-shot", "answer": "first-line"}
+
+
+def recorded_identity(recorded: dict) -> dict:
+    """A run's identity as run.json recorded it, in this version's keys (the paper's prompt and answer mode where it
+    recorded none; its seed is its rows')."""
+    identity = {"samples": recorded.get("samples"), "decoding": recorded.get("decoding")}
+    return {**identity, **{key: recorded.get(key, default) for key, default in IDENTITY_DEFAULTS.items()}}
 
 
 def sample_line(sample: Sample) -> str:
@@ -46,9 +57,6 @@ def sample_line(sample: Sample) -> str:
 
 class RunDir:
     """The files of one run and the cells already finished in it."""
-
-    # Fields that must agree for two invocations to share a directory: rows would not be comparable otherwise.
-    IDENTITY = ("samples", "seed", "decoding")
 
     def __init__(self, path: Path, identity: dict, command: str, spec: dict, recompute: bool = True):
         """Lock the directory, check what it holds (``recompute``: may drop cells to compute them again; False for
@@ -134,27 +142,23 @@ class RunDir:
         return [entry["command"] for entry in self._meta().get("invocations", [])]
 
     def _check_identity(self, identity: dict, rows: list[CellResult]) -> None:
-        """Finished cells must have been made with this command's settings: checked on the rows themselves (each
-        carries n, seed and decoding), not only on run.json. A directory with no finished cell takes any command."""
+        """Finished cells must have been made with this command's settings (samples per cell, decoding, prompt
+        style, answer mode): checked on the rows themselves, which carry them, not only on run.json. A directory with
+        no finished cell takes any command; cells of other seeds are other cells of the same run."""
         if not rows:
             return
         for row in rows:
-            found = {"samples": row.n, "seed": row.seed, "decoding": row.decoding}
-            if found != identity:
-                diff = ", ".join(
-                    f"{k} {found[k]} there vs {identity[k]} now" for k in identity if found[k] != identity[k]
-                )
-                raise UserError(
-                    f"{self.path} holds a run with other settings ({diff}); pass another --out to keep both"
-                )
+            found = {"samples": row.n, "decoding": row.decoding, "prompt": row.prompt_style, "answer": row.answer_mode}
+            self._same(identity, found)
         previous = self._meta().get("identity")
-        if previous and previous != identity:
-            diff = ", ".join(
-                f"{k} {previous.get(k)} there vs {identity.get(k)} now"
-                for k in identity
-                if previous.get(k) != identity.get(k)
-            )
-            raise UserError(f"{self.path} holds a run with other settings ({diff}); pass another --out to keep both")
+        if previous:  # written before prompts and answer modes were recorded: the paper's
+            self._same(identity, {key: previous.get(key, IDENTITY_DEFAULTS.get(key)) for key in identity})
+
+    def _same(self, identity: dict, found: dict) -> None:
+        differ = [key for key in identity if found.get(key) != identity[key]]
+        if differ:
+            said = ", ".join(f"{key} {found.get(key)} there vs {identity[key]} now" for key in differ)
+            raise UserError(f"{self.path} holds a run with other settings ({said}); pass another --out to keep both")
 
     def _reconcile(self, recompute: bool, damaged_rows: list[str]) -> None:
         """Every finished cell checked against its samples (harness/evidence.py). A cell whose row disagrees with
@@ -164,6 +168,10 @@ class RunDir:
         no finished cell and damaged lines are dropped when computing (their cells are computed again) and kept, as
         they were, otherwise. Each repair is said in ``repairs``; the files are rewritten only if one was made."""
         found = read_samples_file(self.samples_path)
+        # Samples written when a run had one seed do not name it: it is the rows' (run.json's identity named it too),
+        # and a sample is given it where its cell is kept as trusted.
+        seeds = {row.seed for row in self.rows} or {self._meta().get("identity", {}).get("seed", 0)}
+        run_seed = seeds.pop() if len(seeds) == 1 else self._meta().get("identity", {}).get("seed", 0)
         # A run written before samples carried digests (none has one) is read as it is, and given them now.
         legacy = (
             bool(found.samples)
@@ -173,12 +181,12 @@ class RunDir:
         cells: dict[CellKey, dict[int, Sample]] = {}
         repeated_samples = 0
         for sample in found.samples:
-            own = cells.setdefault(CellKey.of(sample), {})
+            own = cells.setdefault(CellKey.of({"seed": run_seed, **sample}), {})
             if sample["index"] in own:
                 repeated_samples += 1
                 continue
             own[sample["index"]] = sample
-        kept_rows, kept_samples, seen, repeated_rows, signed = [], [], set(), 0, 0
+        kept_rows, kept_samples, seen, repeated_rows, signed, seeded = [], [], set(), 0, 0, 0
         self.checks, self.untrusted = [], []
         for row in self.rows:
             if row.key in seen:
@@ -199,7 +207,9 @@ class RunDir:
             if check.status == "rewritten":
                 self.repairs.append(f"{where}: row and samples rewritten from the samples' evidence ({check.why})")
             kept_rows.append(check.row)
-            kept_samples += [{**s, "digest": sample_digest(s)} for s in check.samples] if legacy else check.samples
+            seeded += sum("seed" not in sample for sample in check.samples)
+            trusted = [sample if "seed" in sample else {**sample, "seed": row.seed} for sample in check.samples]
+            kept_samples += [{**s, "digest": sample_digest(s)} for s in trusted] if legacy else trusted
             signed += len(check.samples) if legacy else 0
         orphans = [s for key, own in cells.items() if key not in seen for s in own.values()]
         if repeated_rows:
@@ -208,6 +218,8 @@ class RunDir:
             self.repairs.append(f"{repeated_samples} repeated sample(s) of samples.jsonl dropped")
         if found.damaged:
             self.repairs.append(f"{found.said()} of samples.jsonl {'dropped' if recompute else 'kept as they were'}")
+        if seeded:
+            self.repairs.append(f"samples written before seeds were recorded: the run's seed given to {seeded}")
         if signed:
             self.repairs.append(
                 f"samples written before samples carried digests: a digest added to each of {signed} "
@@ -244,6 +256,13 @@ class RunDir:
             meta["machines"] = {**machines, identifier: description}
             atomic_write_text(self.meta_path, json.dumps(meta, indent=2) + "\n")
         return identifier
+
+    def note(self, name: str, value) -> None:
+        """Add ``name: value`` to this invocation's record in run.json (what a command learned while it ran, such as
+        a served model's pacing)."""
+        meta = self._meta()
+        meta["invocations"][-1][name] = value
+        atomic_write_text(self.meta_path, json.dumps(meta, indent=2) + "\n")
 
     def machines(self) -> dict[str, dict]:
         """Every machine a cell of this run was computed on, by id."""

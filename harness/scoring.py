@@ -18,6 +18,18 @@ where the line states it as the answer to the asked expression, in one of these 
 | `boxed`   | inside ``\\boxed{...}`` (nested braces read whole; an equation  | ``\\boxed{6E_{16}}``               |
 |           | in it is read as an equation)                                   |                                    |
 | `bare`    | the whole line, where it states nothing else                    | ``541``, ``**541**``               |
+| `final`   | free form only: a `keyword` or `equals` statement on a line      | ``Final Answer: The final answer   |
+|           | that says it gives the final answer ("final answer", "the       | is 541. I hope it is correct.``    |
+|           | answer is", "result:")                                          |                                    |
+| `json`    | free form only: the ``answer`` (or ``final_answer``,            | ``{"reasoning": "...",``           |
+|           | ``result``) field of a JSON object on a line; a number or a     | ``"answer": 541}``                 |
+|           | numeral string                                                  |                                    |
+
+**Free form** (``--answer free-form``, harness/answers.py): the thinking block (up to its end marker) is kept but never
+read; of what follows, every line is read as a first line is. The last line that says it gives the final answer (a
+`final`, `boxed` or `json` reading) decides; without one, the last line that states an answer to the question (an
+`equals` or `keyword` statement: the working's last equation about the asked expression); a lone numeral counts
+(`bare`) only where it is all that follows the thinking. An output the budget cut is ``none: truncated``, never read.
 
 An equation or statement about anything else is never the answer: the prompt's own examples ("The expression you
 are asked to calculate is 32 + 78 = 110"), a check after the answer ("47 + 85 = 132. Check: 132 - 85 = 47." reads
@@ -62,10 +74,11 @@ import re
 from dataclasses import dataclass
 from functools import cache
 
-from harness.answers import FIRST_LINE, AnswerMode
+from harness.answers import FIRST_LINE, AnswerMode, FreeForm
+from harness.files import parse_json_line
 from harness.problems import DIGITS
 
-RULES = ("equals", "keyword", "boxed", "bare")
+RULES = ("equals", "keyword", "boxed", "bare", "final", "json")
 
 
 @dataclass(frozen=True)
@@ -514,15 +527,88 @@ def _bare(line: str, base: int, expression: str, signs: list[int]) -> Extraction
 
 def extract(text: str, base: int, expression: str, answer: AnswerMode = FIRST_LINE) -> Extraction:
     """The answer ``text`` states to ``expression`` (the question, as the prompt wrote it) where the answer mode reads
-    it (the first line, for the paper's), and the rule that found it (or why there is none)."""
-    line = _TEXT_WRAPPER.sub(r"\1", _MATH_DELIMITERS.sub(" ", answer.answer_text(text)))
-    line = _LATEX_TIMES.sub("*", line).strip()
-    if not line:
-        return Extraction(None, "none: empty output")
+    it (the first line, for the paper's; what follows the thinking, in free form), and the rule that found it (or why
+    there is none)."""
     question = Question.of(expression, base)
     if question is None:
         raise ValueError(f"{expression!r} is no expression of the tasks' kind")
+    if isinstance(answer, FreeForm):
+        return _read_free(answer.answer_text(text), question, base, expression)
+    line = _clean(answer.answer_text(text))
+    if not line:
+        return Extraction(None, "none: empty output")
     return _read_line(line, question, base, expression)
+
+
+TRUNCATED = "none: truncated (the budget ran out before the answer ended)"
+
+
+def judge(text: str, base: int, expression: str, answer: AnswerMode, truncated: bool) -> Extraction:
+    """``extract``, except that a free-form generation the budget cut before its end is its own verdict: whatever it
+    had said so far is not read as its answer (the paper's first line is read whatever its length)."""
+    if truncated and isinstance(answer, FreeForm):
+        return Extraction(None, TRUNCATED)
+    return extract(text, base, expression, answer)
+
+
+def _clean(line: str) -> str:
+    """A line with LaTeX's math delimiters and text wrappers as the markup they are, and its times signs as ``*``."""
+    return _LATEX_TIMES.sub("*", _TEXT_WRAPPER.sub(r"\1", _MATH_DELIMITERS.sub(" ", line))).strip()
+
+
+# Free form: a line that says it gives the final answer outranks the working before it.
+_FINAL_PHRASE = re.compile(r"\bfinal\s+answer\b|\banswer\s*(?:is\b|:)|\bresult\s*(?:is\b|:)", re.IGNORECASE)
+_JSON_OBJECT = re.compile(r"\{[^{}]*\}")
+_JSON_KEYS = ("answer", "final_answer", "result")
+# Refusals that mean a line states nothing about the question (it is working, or words), not a hedged answer.
+_NOTHING_STATED = ("none: no answer stated", "none: empty output", "none: no answer to the question stated")
+
+
+def _json_answer(line: str, base: int, expression: str) -> Extraction | None:
+    """The answer field of a JSON object on the line (``{"answer": 15}``, ``{"answer": "15"}``), or None when the line
+    holds no such object."""
+    for match in reversed(list(_JSON_OBJECT.finditer(line))):
+        record = parse_json_line(match.group())
+        if not isinstance(record, dict):
+            continue
+        key = next((key for key in _JSON_KEYS if key in record), None)
+        if key is None:
+            continue
+        value = record[key]
+        if isinstance(value, bool) or not isinstance(value, (int, str)):
+            return Extraction(None, f"none: the JSON answer is {type(value).__name__}, not a numeral")
+        found = read_numeral(str(value), base, expression)
+        return Extraction(found, "json") if isinstance(found, str) else found
+    return None
+
+
+def _read_free(text: str, question: Question, base: int, expression: str) -> Extraction:
+    """A free-form answer (after any thinking): every line read as a first line is, with JSON answer fields besides.
+    The last line that states the final answer (a "final answer" / "the answer is" phrase, a box, a JSON answer
+    field) decides; without one, the last line that states an answer to the question (an equation about it, "X is
+    N"); a lone numeral counts only where it is the whole answer. A deciding line that hedges gives none."""
+    lines = [_clean(line) for line in text.splitlines() if line.strip()]
+    if not lines:
+        return Extraction(None, "none: no answer after the thinking")
+    explicit: list[Extraction] = []
+    stated: list[Extraction] = []
+    for line in lines:
+        reading = _json_answer(line, base, expression)
+        if reading is not None:
+            explicit.append(reading)
+            continue
+        reading = _read_line(line, question, base, expression, allow_bare=len(lines) == 1)
+        if reading.rule.startswith(_NOTHING_STATED):
+            continue
+        if reading.rule == "boxed" or _FINAL_PHRASE.search(line) or "\\boxed" in line:
+            final = reading.rule in ("keyword", "equals") and _FINAL_PHRASE.search(line)
+            explicit.append(Extraction(reading.answer, "final") if final and reading.answer else reading)
+        else:
+            stated.append(reading)
+    chosen = explicit or stated
+    if not chosen:
+        return Extraction(None, "none: no answer to the question stated")
+    return chosen[-1]
 
 
 def is_numeral(text: str, base: int) -> bool:

@@ -19,7 +19,8 @@ class FaultProxy:
     """``with FaultProxy(upstream_port) as proxy:`` then ``proxy.url``; ``proxy.faults.append(fault)`` queues a
     fault for the next completion request, one request each: ("status", code, headers), ("drop",), ("slow", s),
     ("badjson",), ("nulltext",), ("model", id), ("huge", characters), ("echo_auth",), ("redirect", port).
-    ``proxy.answer_as = id`` makes every completion reply name that model."""
+    ``proxy.answer_as = id`` makes every completion reply name that model; ``proxy.max_in_flight = k`` answers 429
+    to a completion request that arrives while k are in flight."""
 
     def __init__(self, upstream_port: int):
         self.upstream_port = upstream_port
@@ -27,6 +28,11 @@ class FaultProxy:
         self.forwarded = 0  # completion requests the server answered through the proxy
         self.answer_as: str | None = None
         self.authorizations: list[str] = []
+        self.bodies: list[dict] = []  # the completion requests' bodies, as JSON
+        self.max_in_flight: int | None = None  # above this many completion requests at once, answer 429
+        self.in_flight = 0
+        self.refused = 0
+        self.most_in_flight = 0
         self.lock = threading.Lock()
         proxy = self
 
@@ -49,7 +55,25 @@ class FaultProxy:
                     proxy.authorizations.append(self.headers.get("Authorization", ""))
                 if body is not None and "completions" in self.path:
                     with proxy.lock:
-                        fault = proxy.faults.popleft() if proxy.faults else None
+                        proxy.bodies.append(json.loads(body))
+                        busy = proxy.max_in_flight is not None and proxy.in_flight >= proxy.max_in_flight
+                        proxy.refused += busy
+                        if not busy:
+                            fault = proxy.faults.popleft() if proxy.faults else None
+                            proxy.in_flight += 1
+                            proxy.most_in_flight = max(proxy.most_in_flight, proxy.in_flight)
+                    if busy:
+                        self.reply(429, b'{"error": {"message": "too many requests"}}', {"Retry-After": "0.2"})
+                        return
+                    try:
+                        self.answer(body, fault)
+                    finally:
+                        with proxy.lock:
+                            proxy.in_flight -= 1
+                    return
+                self.answer(body, fault)
+
+            def answer(self, body, fault):
                 if fault and fault[0] == "echo_auth":
                     echoed = f'{{"error": {{"message": "bad header {self.headers.get("Authorization", "")}"}}}}'
                     self.reply(500, echoed.encode(), {})

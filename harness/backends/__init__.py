@@ -52,6 +52,9 @@ class Generation:
     model: str = ""
     endpoint: str = ""
     cut: bool = False
+    # whether the generation ended by itself (the end of the model's turn, or the answer mode's stop) rather than at
+    # its budget; None where a backend does not know, then judged by ``generate``
+    finished: bool | None = None
 
 
 @dataclass(frozen=True)
@@ -104,6 +107,9 @@ class ChatBackend:
         for start in owned:
             rows = slice(start, start + size)
             out[rows] = self.generate_batch(shared, rows, budgets[rows], sampling, seeds[rows], answer)
+            for generation, budget in zip(out[rows], budgets[rows], strict=True):
+                if generation.finished is None:
+                    generation.finished = generation.tokens < budget or answer.done(generation.text)
             if on_batch:
                 on_batch(len(out[rows]))
         return out
@@ -118,10 +124,22 @@ class ChatBackend:
         """Generations for prompts[rows], with their budgets and sampling seeds, each stopped where ``answer`` says."""
         raise NotImplementedError
 
+    thinking = "auto"  # the chat template's thinking switch: auto leaves it, on / off sets enable_thinking
+
+    def set_thinking(self, thinking: str) -> None:
+        """--thinking on|off: where the model's chat template has a thinking switch (enable_thinking, as Qwen3's
+        has), set it; a template without one is refused in one line (the switch would silently do nothing)."""
+        if thinking != "auto" and "enable_thinking" not in (getattr(self.tokenizer, "chat_template", None) or ""):
+            raise UserError(
+                f"--thinking {thinking}: this model's chat template has no thinking switch; drop --thinking"
+            )
+        self.thinking = thinking
+
     def chat_prompt(self, user_message: str) -> str:
         """The user turn wrapped in the model's own chat template, ready for the assistant to answer."""
+        switch = {} if self.thinking == "auto" else {"enable_thinking": self.thinking == "on"}
         return self.tokenizer.apply_chat_template(
-            [{"role": "user", "content": user_message}], tokenize=False, add_generation_prompt=True
+            [{"role": "user", "content": user_message}], tokenize=False, add_generation_prompt=True, **switch
         )
 
     def count_tokens(self, text: str) -> int:

@@ -49,6 +49,7 @@ from urllib.parse import parse_qsl, urlsplit
 
 from harness.answers import FIRST_LINE, AnswerMode
 from harness.backends import ChatBackend, Generation, Sampling
+from harness.backends.pacing import AdaptiveLimit
 from harness.errors import UserError
 from harness.files import append_lines, atomic_write_bytes, parse_json_line, read_lines
 from harness.models import PrecisionSpec
@@ -120,7 +121,7 @@ def clients(endpoint: Endpoint):
     import openai
 
     return [
-        openai.OpenAI(base_url=base, api_key=api_key(), timeout=endpoint.timeout, max_retries=endpoint.retries)
+        openai.OpenAI(base_url=base, api_key=api_key(), timeout=endpoint.timeout, max_retries=0)  # retried in _send
         for base in endpoint.bases
     ]
 
@@ -282,6 +283,7 @@ class APIBackend(ChatBackend):
         self._clients = clients(endpoint)
         self._in_flight = [0] * len(self._clients)
         self._pick = threading.Lock()
+        self.pacing = AdaptiveLimit(endpoint.concurrency)
         self.journal = Journal(journal)
         self.other_endpoints = check_resume(self.journal, endpoint)
         self.usage = {"prompt_tokens": 0, "completion_tokens": 0}
@@ -332,9 +334,18 @@ class APIBackend(ChatBackend):
                 body["top_k"] = sampling.top_k
         if self.endpoint.mode == "chat":
             body["messages"] = [{"role": "user", "content": prompt}]
+            if self.thinking != "auto":  # the server's template's switch (vLLM and SGLang take it so)
+                body["chat_template_kwargs"] = {"enable_thinking": self.thinking == "on"}
         else:
             body["prompt"] = prompt
         return body
+
+    def set_thinking(self, thinking: str) -> None:
+        """Completions mode: the switch of the template applied here; chat mode: sent to the server's."""
+        if self.endpoint.mode == "completions":
+            super().set_thinking(thinking)
+        else:
+            self.thinking = thinking
 
     def generate_batch(
         self,
@@ -373,6 +384,7 @@ class APIBackend(ChatBackend):
                     model=record.get("model") or "(not reported)",
                     endpoint=record.get("endpoint") or self.endpoint.shown(),
                     cut=bool(record.get("cut")),
+                    finished=record.get("finish_reason") != "length",
                 )
             )
         return out
@@ -421,12 +433,12 @@ class APIBackend(ChatBackend):
             # after the newline, as the in-process backends do (their stop rule skips leading blank lines).
             text += "\n"
             request = {**body, "prompt": body["prompt"] + text, "max_tokens": budget_left}
-        kept = self._cut(text, body["max_tokens"], answer)
+        kept, at_budget = self._cut(text, body["max_tokens"], answer)
         self.journal.add(
             {
                 "key": key,
                 "text": self.endpoint.redact(kept),
-                "finish_reason": finish,
+                "finish_reason": "length" if at_budget else finish,
                 "prompt_tokens": prompt_tokens,
                 "completion_tokens": min(completion_tokens, body["max_tokens"]) if kept != text else completion_tokens,
                 "model": model,
@@ -437,33 +449,35 @@ class APIBackend(ChatBackend):
             }
         )
 
-    def _cut(self, text: str, budget: int, answer: AnswerMode) -> str:
+    def _cut(self, text: str, budget: int, answer: AnswerMode) -> tuple[str, bool]:
         """``text`` as an in-process backend would have stopped it: where the answer mode stops (the end of the
-        first non-blank line, for the paper's), and at the request's token budget."""
+        first non-blank line, for the paper's), and at the request's token budget; and whether the budget cut it."""
         text = answer.kept(text)
         if self.tokenizer is None:
-            return text[:budget]
+            return text[:budget], len(text) > budget
         head = text[: budget * self._token_chars]
         ids = self.tokenizer(head, add_special_tokens=False)["input_ids"]
         if len(ids) <= budget and head == text:
-            return text
-        return self.tokenizer.decode(ids[:budget])
+            return text, False
+        return self.tokenizer.decode(ids[:budget]), True
 
     def _send(self, request: dict):
-        """One request to the least busy replica: (the parsed reply, the endpoint that answered it, after any
-        redirect). openai's client retries what HTTP can say went wrong; a reply that is not valid JSON, not a
-        completion, or whose text is not text, is retried here the same way (backoff with jitter)."""
+        """One request to the least busy replica, in a slot of the pacing: (the parsed reply, the endpoint that
+        answered it, after any redirect). What HTTP says went wrong (408, 409, 429, 5xx, a timeout, a dropped
+        connection) and a reply that is not valid JSON, not a completion, or whose text is not text, are retried with
+        exponential backoff and jitter, honouring Retry-After; 429, 503 and timeouts also halve the pacing."""
         import openai
 
         with self._pick:
             replica = min(range(len(self._clients)), key=self._in_flight.__getitem__)
             self._in_flight[replica] += 1
         client, base = self._clients[replica], self.endpoint.bases[replica]
-        extra = {name: request[name] for name in ("top_k", "repeat_penalty") if name in request}
+        extra = {name: request[name] for name in ("top_k", "repeat_penalty", "chat_template_kwargs") if name in request}
         body = {name: value for name, value in request.items() if name not in extra}
         create = client.chat.completions if self.endpoint.mode == "chat" else client.completions
         try:
             for attempt in range(self.endpoint.retries + 1):
+                ticket, outcome, wait = self.pacing.acquire(), "failed", None
                 try:
                     raw = create.with_raw_response.create(**body, extra_body=extra or None)
                     response = raw.parse()
@@ -473,6 +487,7 @@ class APIBackend(ChatBackend):
                     piece = choice.text if self.endpoint.mode == "completions" else choice.message.content
                     if not isinstance(piece, str):
                         raise ValueError(f"a reply whose text is {type(piece).__name__}, not text")
+                    outcome = "answered"
                     return response, answered_at(str(raw.http_response.url), base)
                 except (openai.APIResponseValidationError, ValueError, TypeError, AttributeError) as err:
                     if attempt == self.endpoint.retries:
@@ -482,15 +497,48 @@ class APIBackend(ChatBackend):
                                 f"{str(err).splitlines()[0][:80] if str(err) else ''}), retries spent"
                             )
                         ) from None
-                    time.sleep(min(0.5 * 2**attempt, 8.0) * (1 - 0.25 * random.random()))
                 except openai.OpenAIError as err:
-                    raise UserError(
-                        what_went_wrong(err, base, self.endpoint) + "; finished requests are saved: rerun to resume"
-                    ) from None
+                    if not retryable(err) or attempt == self.endpoint.retries:
+                        raise UserError(
+                            what_went_wrong(err, base, self.endpoint) + "; finished requests are saved: rerun to resume"
+                        ) from None
+                    outcome = "pushed back" if pushed_back(err) else "failed"
+                    wait = retry_after(err)
+                finally:
+                    self.pacing.release(ticket, outcome)
+                time.sleep(wait if wait is not None else min(0.5 * 2**attempt, 8.0) * (1 - 0.25 * random.random()))
         finally:
             with self._pick:
                 self._in_flight[replica] -= 1
         raise AssertionError("unreachable")
+
+
+def retryable(err: Exception) -> bool:
+    """What a retry may cure: a timeout, a dropped connection, 408, 409, 429 and 5xx (openai's own rule)."""
+    import openai
+
+    if isinstance(err, (openai.APITimeoutError, openai.APIConnectionError)):
+        return True
+    return isinstance(err, openai.APIStatusError) and (err.status_code in (408, 409, 429) or err.status_code >= 500)
+
+
+def pushed_back(err: Exception) -> bool:
+    """The server says it has too much to do: 429, 503, or no answer in time."""
+    import openai
+
+    if isinstance(err, openai.APITimeoutError):
+        return True
+    return isinstance(err, openai.APIStatusError) and err.status_code in (429, 503)
+
+
+def retry_after(err: Exception) -> float | None:
+    """Seconds a refusal asks to wait (Retry-After, up to a minute), or None."""
+    response = getattr(err, "response", None)
+    value = response.headers.get("retry-after") if response is not None else None
+    try:
+        return min(60.0, max(0.0, float(value))) if value is not None else None
+    except ValueError:
+        return None
 
 
 def answered_at(url: str, base: str) -> str:

@@ -169,7 +169,11 @@ class HFBackend(ChatBackend):
         if generated is None:  # the batch again from its start, on the dynamic path
             generated = self._decode(kv, input_ids, attention, positions, len(prefix), budgets, sampler, cache, answer)
         return [
-            Generation(text=self.tokenizer.decode(tokens, skip_special_tokens=True), tokens=len(tokens))
+            Generation(
+                text=self.tokenizer.decode(tokens, skip_special_tokens=True),
+                tokens=len(tokens),
+                finished=bool(tokens) and bool(self._stop_ids[tokens[-1]]) or None,  # an end of turn; else judged
+            )
             for tokens in generated
         ]
 

@@ -176,7 +176,11 @@ class LlamaCppBackend(ChatBackend):
         for row in rows:
             lib.llama_memory_seq_rm(memory, row.seq, -1, -1)
         return [
-            Generation(text=self.tokenizer.decode(row.generated, skip_special_tokens=True), tokens=len(row.generated))
+            Generation(
+                text=self.tokenizer.decode(row.generated, skip_special_tokens=True),
+                tokens=len(row.generated),
+                finished=row.done,
+            )
             for row in rows
         ]
 

@@ -36,4 +36,9 @@ class ScriptedBackend(ChatBackend):
         batch = shared[rows]
         self.calls.append(len(batch))
         texts = [self.answer(prompt[len(HEADER) : -len(FOOTER)], len(batch)) for prompt in batch]
-        return [Generation(text, max(1, self.count_tokens(text))) for text in texts]
+        out = []
+        for text, budget in zip(texts, budgets, strict=True):
+            if self.count_tokens(text) > budget:  # a model stops at its budget: here a token is a word
+                text = " ".join(text.split(" ")[:budget])
+            out.append(Generation(text, max(1, self.count_tokens(text))))
+        return out

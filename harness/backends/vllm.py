@@ -109,5 +109,7 @@ class VLLMBackend(ChatBackend):
         for output in outputs:
             ids = list(output.outputs[0].token_ids)
             used = stop_length(self.tokenizer, ids, answer)
-            result.append(Generation(text=self.tokenizer.decode(ids[:used], skip_special_tokens=True), tokens=used))
+            finished = used < len(ids) or output.outputs[0].finish_reason == "stop"
+            text = self.tokenizer.decode(ids[:used], skip_special_tokens=True)
+            result.append(Generation(text=text, tokens=used, finished=finished))
         return result

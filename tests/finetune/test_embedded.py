@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from finetune.data import build_mixture
-from harness.models import get_model
+from harness.models import get_model, held_out
 from harness.problems import parse_task
 from harness.weights import model_adapter
 from tests.harness.helpers import ROOT
@@ -19,7 +19,8 @@ CONFIG = ROOT / "finetune" / "configs" / "embedded.yaml"
 
 
 def test_training_problems_are_no_committed_reports_problems():
-    """Every base-10 problem that a committed report evaluated is absent from the embedded model's training set,
+    """Every base-10 problem that a committed report evaluated at the seed the fine-tuning data kept out (seed 0)
+    is absent from the embedded model's training set, and a report with cells at other seeds warns of it,
     except problems of a cell whose whole space the evaluation draws exhaust (1-digit addition and multiplication:
     100 problems), which build_mixture names and summaries say. A problem is judged by its operands' real length:
     "0 + 6" drawn in a length-2 cell (operands 00 and 06) is a 1-digit problem, in that exhausted space."""
@@ -30,11 +31,16 @@ def test_training_problems_are_no_committed_reports_problems():
     assert dataset.num_rows == 3 * 6 * 1250
     trained = {(e.split(" ")[1], e) for e in dataset["expression"]}  # (operator, expression)
     assert overlapping == {"add": [1], "iter_add:3": [], "mul": [1]}
-    checked = 0
+    kept = held_out("smollm2-arith")
+    checked, overlapping_seen = 0, set()
     for samples in ROOT.glob("reports/*/samples.jsonl"):
         for line in samples.read_text().splitlines():
             sample = json.loads(line)
             if sample["base"] != 10 or sample["length"] not in data["lengths"] or sample.get("truncate"):
+                continue
+            if kept.overlap(sample.get("seed", 0), sample["length"], 1):  # a seed the data did not keep out
+                if sample["model"] == "smollm2-arith":
+                    overlapping_seen.add(samples.parent)  # whose summary must say so
                 continue
             label = parse_task(f"iter_add:{sample['operands']}" if sample["task"] == "iter_add" else sample["task"])
             digits = max(len(operand) for operand in sample["expression"].split(f" {label.operator} "))
@@ -43,6 +49,8 @@ def test_training_problems_are_no_committed_reports_problems():
             checked += 1
             assert (label.operator, sample["expression"]) not in trained, (samples.parent.name, sample["expression"])
     assert checked > 1000
+    for report in overlapping_seen:
+        assert "smollm2-arith may have trained on some of these problems" in (report / "summary.md").read_text()
 
 
 def test_the_committed_adapter_is_what_its_config_made():

@@ -164,15 +164,17 @@ def test_completions_mode_gives_the_in_process_llamacpp_answers(clean_run, tmp_p
 
 
 def test_chat_mode_and_two_replicas(server, tmp_path, capsys):
-    """Chat mode (the server's template) runs; with two base URLs (replicas) both take requests."""
+    """Chat mode (the server's template) runs; with two base URLs (replicas) both take requests; --thinking off is
+    sent as the server template's switch (chat_template_kwargs, as vLLM and SGLang take it)."""
     with FaultProxy(server.port) as proxy:
         code, err = evaluate(
             tmp_path / "chat",
-            *api(f"{proxy.url},{server.url}", "--api-endpoint", "chat", "--concurrency", "2"),
+            *api(f"{proxy.url},{server.url}", "--api-endpoint", "chat", "--concurrency", "2", "--thinking", "off"),
             capsys=capsys,
         )
         assert code == 0, err
         assert 0 < proxy.forwarded < 5, "each replica took some of the 5 requests"
+        assert proxy.bodies and all(b["chat_template_kwargs"] == {"enable_thinking": False} for b in proxy.bodies)
     assert {row["request_mode"] for row in rows(tmp_path / "chat")} == {"chat"}
 
 
@@ -434,3 +436,26 @@ def test_the_server_stops_where_the_answer_mode_says(server):
     for local, remote in zip(ours, theirs, strict=True):
         assert "\n" not in remote.text.strip() and " " not in remote.text.strip(), remote.text
         assert local.text.lstrip().startswith(remote.text.strip() + " ") or local.text.strip() == remote.text.strip()
+
+
+def test_concurrency_adapts_to_what_the_server_takes(server, tmp_path, capsys):
+    """A server that answers 429 to any request beyond 3 in flight, asked with --concurrency 8: the pacing halves on
+    the refusals and grows on the answers, settling near 3; the run finishes with every problem asked once (none
+    lost, none sent twice) and the trace of the pacing is in run.json."""
+    out = tmp_path / "run"
+    grid = ["--tasks", "add", "--lengths", "1", "--samples", "24"]
+    with FaultProxy(server.port) as proxy:
+        proxy.max_in_flight = 3
+        code, err = evaluate(
+            out, *api(proxy.url, "--concurrency", "8", "--api-retries", "10", grid=grid), capsys=capsys
+        )
+        assert code == 0, err
+        forwarded = proxy.forwarded
+    entries = journal(out)
+    assert len(entries) == 24 and len({entry["key"] for entry in entries}) == 24, "every problem answered once"
+    requests = requests_per_problem(out)
+    assert forwarded == sum(requests), "none sent twice: each answered request was forwarded once"
+    assert proxy.refused >= 1 and proxy.most_in_flight <= 3
+    (pacing,) = [v for k, v in json.loads((out / "run.json").read_text())["invocations"][-1].items() if "pacing" in k]
+    assert pacing["ceiling"] == 8 and 2 <= pacing["settled"] <= 4.5, pacing
+    assert any(why == "pushed back" for _, _, why in pacing["trace"])

@@ -16,7 +16,7 @@ from harness.scoring import wilson_interval
 
 from .helpers import ROOT, assert_user_error, run_module
 
-IDENTITY = {"samples": 2, "seed": 0, "decoding": "greedy"}
+IDENTITY = {"samples": 2, "decoding": "greedy", "prompt": "few-shot", "answer": "first-line"}
 SMALL = ["--precision", "fp32", "--tasks", "add", "--lengths", "1", "--samples", "2"]
 
 
@@ -129,6 +129,7 @@ def _samples(length: int, n: int = 2) -> list[dict]:
             **key,
             "base": 10,
             "length": length,
+            "seed": 0,
             "index": problem.index,
             "expression": problem.expression,
             "prompt": f"<user>{problem.expression}</user>",

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.answers import FIRST_LINE
-from harness.scoring import RULES, Question, extract, is_correct, wilson_interval
+from harness.answers import FIRST_LINE, FreeForm, answer_mode
+from harness.scoring import RULES, TRUNCATED, Question, extract, is_correct, judge, wilson_interval
 
 REAL = [json.loads(line) for line in (Path(__file__).parent / "data" / "real_outputs.jsonl").read_text().splitlines()]
 
@@ -344,3 +344,67 @@ def test_reading_time_is_linear_in_the_line(piece):
     short, long = seconds(100_000), seconds(200_000)
     assert long < 5.0, long
     assert long < 6 * max(short, 0.01), (short, long)
+
+
+FREE = FreeForm(512)
+FREE_FORM = [
+    # (output after any thinking, expression, gold, right?, rule): the final-answer formats of common math models
+    ("<think>\n7 + 8 = 16? no.\n</think>\nThe final answer is 15.", "7 + 8", "15", True, "final"),
+    ("Final Answer: The final answer is 15. I hope it is correct.", "7 + 8", "15", True, "final"),
+    ("Final Answer: The final answer is $15$. I hope it is correct.", "7 + 8", "15", True, "final"),
+    ("Adding the units: 7 + 8 = 15.\nAnswer: 15", "7 + 8", "15", True, "final"),
+    ("So the total is\n\\boxed{15}", "7 + 8", "15", True, "boxed"),
+    ('{"reasoning": "units then tens", "answer": 15}', "7 + 8", "15", True, "json"),
+    ('{"answer": "1f"}', "f + 10", "1f", True, "json"),
+    ('```json\n{"final_answer": 132}\n```', "47 + 85", "132", True, "json"),
+    ("First the units.\n47 + 85 = 132", "47 + 85", "132", True, "equals"),
+    ("47 + 85 = 122\nNo, the carry: 47 + 85 = 132", "47 + 85", "132", True, "equals"),  # the last statement stands
+    ("15", "7 + 8", "15", True, "bare"),
+    # what is never the answer
+    ("<think>\nThe final answer is 15.\n</think>\n", "7 + 8", "15", False, "none: no answer after the thinking"),
+    ("<think>\nThe final answer is 15, surely", "7 + 8", "15", False, "none: no answer after the thinking"),
+    ("The final answer is 15.\nWorking: 7 + 8 = 16", "7 + 8", "15", True, "final"),  # the final line outranks working
+    ("I think it is 15.\nLet me check.\n16", "7 + 8", "15", False, "none: no answer to the question stated"),
+    ("The final answer is 15 or 16.", "7 + 8", "15", False, "none: a second numeral follows"),
+    ('{"answer": 15.5}', "7 + 8", "15", False, "none: the JSON answer is float, not a numeral"),
+    ('{"answer": [15]}', "7 + 8", "15", False, "none: the JSON answer is list, not a numeral"),
+    ("Example: 32 + 78 = 110\nSo 110.", "7 + 8", "15", False, "none: no answer to the question stated"),
+]
+
+
+@pytest.mark.parametrize("output,expression,gold,verdict,rule", FREE_FORM, ids=[c[0][:40] for c in FREE_FORM])
+def test_free_form_answers_are_read_after_the_thinking(output, expression, gold, verdict, rule):
+    base = 16 if "f" in expression else 10
+    extraction = extract(output, base, expression, FREE)
+    assert is_correct(extraction.answer, gold, base) == verdict, extraction
+    assert extraction.rule.startswith(rule), extraction
+
+
+def test_the_free_form_rules_are_in_the_rules_table():
+    from harness import scoring
+
+    for rule in ("final", "json"):
+        assert rule in RULES and f"| `{rule}`" in scoring.__doc__
+
+
+def test_a_truncated_free_form_output_is_its_own_verdict_and_the_first_line_is_read_whatever_its_length():
+    cut = "Let me add. 7 + 8 = 15. And then"
+    verdict = judge(cut, 10, "7 + 8", FREE, truncated=True)
+    assert (verdict.answer, verdict.rule) == (None, TRUNCATED)
+    assert judge(cut, 10, "7 + 8", FREE, truncated=False).answer == "15"
+    assert judge("7 + 8 = 15", 10, "7 + 8", FIRST_LINE, truncated=True).answer == "15"
+
+
+def test_a_marker_of_the_models_own_ends_the_thinking():
+    mode = FreeForm(64, "</reasoning>")
+    output = "<reasoning>The final answer is 16.\n</reasoning>\n7 + 8 = 15"
+    assert mode.split(output) == ("<reasoning>The final answer is 16.\n</reasoning>", "\n7 + 8 = 15")
+    assert extract(output, 10, "7 + 8", mode).answer == "15"
+    assert extract(output, 10, "7 + 8", FREE).answer == "16", "under </think> the other block is read as the answer"
+
+
+def test_the_answer_mode_a_row_records_reads_back():
+    for mode in (FIRST_LINE, FREE, FreeForm(64, "</reasoning>")):
+        assert answer_mode(mode.describe()) == mode
+    with pytest.raises(ValueError):
+        answer_mode("free-form:many:</think>")
