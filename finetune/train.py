@@ -34,6 +34,7 @@ from harness.errors import UserError, one_line
 from harness.files import follow_umask, read_json
 from harness.lock import DirectoryLock
 from harness.machine import describe
+from harness.trackers import TRACKERS, Trackers, tracker_list
 
 # A tiny model is for tests and smoke runs; real models come from the registry or model_path.
 WIDTH = Annotated[int, Bound(1, 4096, "a tiny model; give a real one as model or model_path").field]
@@ -357,7 +358,7 @@ def last_checkpoint(checkpoints: Path) -> str | None:
     return None
 
 
-def train(config: FinetuneConfig, config_path: Path, out: Path) -> dict:
+def train(config: FinetuneConfig, config_path: Path, out: Path, report_to: Sequence[str] = ()) -> dict:
     import torch
     from peft import LoraConfig
     from transformers import AutoTokenizer, PrinterCallback
@@ -414,9 +415,20 @@ def train(config: FinetuneConfig, config_path: Path, out: Path) -> dict:
     trainer.add_callback(on_save(curve, settings.batch_size * settings.grad_accum))
     trainer.remove_callback(PrinterCallback)  # the log dicts: progress_bar() says the loss in numprec's words
     trainer.add_callback(progress_bar())
+    trackers = (
+        Trackers(report_to, out, out.name, config.model_dump())
+        if report_to and trainer.is_world_process_zero()
+        else None
+    )
+    if trackers:
+        trainer.add_callback(tracked(trackers))
     resume = last_checkpoint(checkpoints)
     started = time.perf_counter()
-    trainer.train(resume_from_checkpoint=resume)
+    try:
+        trainer.train(resume_from_checkpoint=resume)
+    finally:
+        if trackers:
+            trackers.close()
     losses = [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]
     per_step = settings.batch_size * settings.grad_accum * trainer.args.world_size
     samples = min(trainer.state.global_step * per_step, dataset.num_rows * settings.epochs)  # last batch: partial
@@ -442,6 +454,18 @@ def train(config: FinetuneConfig, config_path: Path, out: Path) -> dict:
         (adapter / "train_summary.json").write_text(json.dumps(summary, indent=2) + "\n")
         follow_umask(out)  # checkpoints and adapter: safetensors writes 0600 whatever the umask
     return summary
+
+
+def tracked(trackers: Trackers):
+    """A callback that gives every logging step's numbers (loss, learning rate, gradient norm) to the trackers."""
+    from transformers import TrainerCallback
+
+    class Tracked(TrainerCallback):
+        def on_log(self, args, state, control, logs=None, **kwargs):
+            if logs:
+                trackers.log(logs, state.global_step)
+
+    return Tracked()
 
 
 def progress_bar():
@@ -513,6 +537,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--config", type=input_path, required=True, help="a YAML file like finetune/configs/cpu_smoke.yaml"
     )
     parser.add_argument("--out", type=output_dir, required=True, help="run directory: checkpoints/, adapter/, base/")
+    parser.add_argument(
+        "--report-to", type=tracker_list, default=[], help=f"trackers, offline under --out: {', '.join(TRACKERS)}"
+    )
     args = parser.parse_args(argv)
     config = load_config(args.config)
     from harness.models import get_model
@@ -527,7 +554,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     # One writer per --out; under DDP the main process holds it for all of the run's processes.
     lock = DirectoryLock(args.out, command_line("finetune.train", argv)) if is_main_process() else None
     try:
-        summary = train(config, args.config, args.out)
+        summary = train(config, args.config, args.out, args.report_to)
     finally:
         if lock:
             lock.release()

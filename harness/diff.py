@@ -18,26 +18,15 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from harness.cli import ArgParser, input_path, run
-from harness.errors import UserError
 from harness.files import read_json
+from harness.finished import read_samples
 from harness.machine import differences
-from harness.results import CellKey, read_results, read_samples_file
+from harness.results import CellKey, read_results
 
 
 def by_problem(directory: Path) -> dict[tuple[CellKey, int], dict]:
-    """The samples of a run directory by (cell, index); a file harness.eval did not write, or one with damaged lines
-    (harness/results.py's reader says which), is one UserError."""
-    path = directory / "samples.jsonl"
-    if not path.is_file():
-        raise UserError(f"{directory} has no samples.jsonl; pass run directories written by harness.eval")
-    found = read_samples_file(path)
-    if found.damaged:
-        number, problem, _ = found.damaged[0]
-        raise UserError(
-            f"{path} line {number}: {problem}; it was not written by harness.eval as it is (python -m harness.rescore "
-            f"{directory} says what is damaged and keeps the rest)"
-        )
-    return {(CellKey.of(sample), sample["index"]): sample for sample in found.samples}
+    """The samples of a run directory by (cell, index) (harness/finished.py reads and checks them)."""
+    return {(CellKey.of(sample), sample["index"]): sample for sample in read_samples(directory)}
 
 
 def same_output(a: dict, b: dict) -> bool:

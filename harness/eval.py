@@ -26,6 +26,7 @@ from harness.cli import ArgParser, input_path, int_list, name_list, output_dir, 
 from harness.config import SETTINGS, RunSpec, add_setting_flags, build_spec, load_config
 from harness.errors import UserError
 from harness.evidence import sample_digest
+from harness.files import read_json
 from harness.machine import describe
 from harness.models import EndpointSource, ModelSpec, PrecisionSpec, get_model, get_precision, held_out
 from harness.parallel import Processes
@@ -35,6 +36,7 @@ from harness.report import write_reports
 from harness.results import CellResult, cell_key
 from harness.rundir import RunDir
 from harness.scoring import is_correct, judge, wilson_interval
+from harness.trackers import TRACKERS, Trackers, tracker_list
 from harness.weights import (
     check_adapter_dir,
     check_hardware,
@@ -539,6 +541,33 @@ def overlap_notes(variants, spec) -> list[str]:
     return notes
 
 
+def report_to_trackers(names: Sequence[str], out: Path) -> None:
+    """The run's results table, its paired table and per-cell accuracies to the trackers (one step per length)."""
+    import csv
+
+    def table(name: str) -> list[dict]:
+        if not (out / name).exists():
+            return []
+        with open(out / name, newline="", encoding="utf-8") as handle:
+            return list(csv.DictReader(handle))
+
+    results = table("results.csv")
+    trackers = Trackers(names, out, out.name, {"command": run_commands(out)})
+    try:
+        for row in results:
+            series = f"{row['model']} {row['precision']}" + (f" +{Path(row['adapter']).name}" if row["adapter"] else "")
+            task = row["task"] + (f":{row['operands']}" if row["task"] == "iter_add" else "")
+            trackers.log({f"accuracy/{series}/{task}/seed{row['seed']}": float(row["accuracy"])}, int(row["length"]))
+        trackers.table("results", results)
+        trackers.table("comparisons", table("comparisons.csv"))
+    finally:
+        trackers.close()
+
+
+def run_commands(out: Path) -> list[str]:
+    return [entry.get("command", "") for entry in read_json(out / "run.json", str(out)).get("invocations", [])]
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = ArgParser(prog="python -m harness.eval", description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", type=name_list, help="model name(s) from harness/models.yaml, comma-separated")
@@ -554,6 +583,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--adapter", type=input_path, help="a peft LoRA/QLoRA adapter directory to apply to the model")
     add_setting_flags(parser)  # --samples, --seed, --decoding, --base, --batch-size, ...: the config's own fields
+    parser.add_argument(
+        "--report-to", type=tracker_list, default=[], help=f"trackers, offline under --out: {', '.join(TRACKERS)}"
+    )
     args = parser.parse_args(argv)
     config_name, config = load_config(args.config)
     spec = build_spec(
@@ -573,9 +605,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     run_dir = evaluate(spec, command.strip())
     if run_dir is None:  # a helper process of a data-parallel run: the main process reports
         return 0
+    if args.report_to:
+        report_to_trackers(args.report_to, run_dir.path)
     print((run_dir.path / "summary.md").read_text(encoding="utf-8").split("## Models")[0].rstrip())
     shown = ("results.csv", "pooled.csv", "samples.jsonl", "summary.md", "accuracy_vs_length.png", "lengths.png")
-    written = ", ".join(name for name in shown if (run_dir.path / name).exists())
+    shown += tuple(f"{name}/" for name in ("tensorboard", "trackio", "wandb", "mlruns"))
+    written = ", ".join(name for name in shown if (run_dir.path / name.rstrip("/")).exists())
     print(f"\nwrote {run_dir.path}/ ({written}) in {time.perf_counter() - started:.0f} s")
     return 0
 

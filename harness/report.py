@@ -1,12 +1,20 @@
 """summary.md, accuracy_vs_length.png, comparisons.csv, anatomy.csv and error_anatomy.png from a run directory's
-results.csv and samples.jsonl.
+results.csv and samples.jsonl; as a command, one report of several finished runs.
 
 harness.eval makes them again at most once a minute while a run goes and when it ends (harness.rescore when it
 rescores), so that at its end they describe exactly the cells that are saved.
+
+    python -m harness.report runs/bf16 runs/awq-int4 runs/served --out reports/merged
+
+merges runs made anywhere (other machines, jobs, backends) into DIR with a run's files (results.csv, samples.jsonl,
+run.json naming its sources, and the reports above, the paired table across the runs), after checking from their
+samples that they asked the same problems with the same prompts (harness/merge.py); DIR can be viewed, exported and
+merged again like a run.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cache
@@ -16,14 +24,19 @@ from pathlib import Path
 import yaml
 
 from harness.anatomy import AnatomyRow, anatomy_csv, anatomy_markdown, anatomy_plot_png, anatomy_rows
+from harness.cli import ArgParser, command_line, input_path, output_dir, run
 from harness.compare import Comparison, comparisons_csv, comparisons_markdown, paired_comparisons
+from harness.errors import UserError
 from harness.figures import accuracy_axes, figure_png
 from harness.files import atomic_write_bytes, atomic_write_text
+from harness.finished import read_run
 from harness.lengths import LengthComparison, lengths_csv, lengths_markdown, lengths_plot_png, paired_lengths
+from harness.lock import DirectoryLock
+from harness.merge import merge
 from harness.models import held_out
 from harness.problems import parse_task
 from harness.prompts import prompt_deviations
-from harness.results import CellKey, CellResult, Sample
+from harness.results import CellKey, CellResult, Sample, results_csv_text, slim
 from harness.scoring import wilson_interval
 
 BASE_10_ONLY = 10  # the paper's reference table is base 10
@@ -361,3 +374,29 @@ def pooled_csv(rows: Sequence[CellResult]) -> str:
             + [f"{sd:.4f}"]
         )
     return buffer.getvalue()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = ArgParser(prog="python -m harness.report", description=__doc__.split("\n\n")[0])
+    parser.add_argument("runs", nargs="+", type=input_path, help="finished run directories (harness.eval's)")
+    parser.add_argument("--out", type=output_dir, required=True, help="a new directory for the merged report")
+    args = parser.parse_args(argv)
+    if (args.out / "results.csv").exists():
+        raise UserError(f"{args.out} already holds a run; give --out a new directory")
+    rows, samples, record = merge([read_run(path) for path in args.runs])
+    command = command_line("harness.report", argv)
+    commands = [c for source in record["merged_from"] for c in (i.get("command", "") for i in source["invocations"])]
+    with DirectoryLock(args.out, command):
+        atomic_write_text(args.out / "results.csv", results_csv_text(rows))
+        lines = "".join(json.dumps(sample, ensure_ascii=False) + "\n" for sample in samples)
+        atomic_write_text(args.out / "samples.jsonl", lines)
+        record = {**record, "invocations": [{"command": command}]}
+        atomic_write_text(args.out / "run.json", json.dumps(record, indent=2) + "\n")
+        write_reports(args.out, rows, [*commands, command], [slim(sample) for sample in samples])
+    series = len({row.key.series for row in rows})
+    print(f"wrote {args.out}/ ({len(rows)} rows of {series} series from {len(args.runs)} runs; summary.md)")
+    return 0
+
+
+if __name__ == "__main__":
+    run(main)

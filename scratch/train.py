@@ -47,6 +47,7 @@ from harness.errors import UserError, one_line
 from harness.lock import DirectoryLock
 from harness.machine import describe
 from harness.problems import BASE, OPERANDS
+from harness.trackers import TRACKERS, Trackers, tracker_list
 from scratch.data import Arithmetic, Problems
 from scratch.model import GPT, GPTConfig, identity
 from scratch.numerics import (
@@ -420,9 +421,14 @@ def read_checkpoint(path: Path, config: RunConfig, device: torch.device | str = 
     return state
 
 
-def run(config: RunConfig, out: Path | None = None, log: Callable[[str], object] = print) -> dict:
+def run(
+    config: RunConfig,
+    out: Path | None = None,
+    log: Callable[[str], object] = print,
+    on_eval: Callable[[int, int, dict], object] | None = None,
+) -> dict:
     """Train (or resume) one run; return its summary. ``out`` holds the checkpoint and the log."""
-    return run_pack([config], [out], [log])[0]
+    return run_pack([config], [out], [log], on_eval=on_eval)[0]
 
 
 class Preempted(Exception):
@@ -434,6 +440,7 @@ def run_pack(
     outs: Sequence[Path | None],
     logs: Sequence[Callable[[str], object]],
     should_stop: Callable[[], bool] | None = None,
+    on_eval: Callable[[int, int, dict], object] | None = None,
 ) -> list[dict]:
     """Train (or resume) runs of one pack_key together; return their summaries, in order. Each ``out`` holds
     its run's checkpoint and summary (and ``logs`` has a log per run), so a run resumes alone or in any pack.
@@ -450,7 +457,11 @@ def run_pack(
         for start in sorted(set(starts)):
             members = [i for i, s in enumerate(starts) if s == start]
             done = run_pack(
-                [configs[i] for i in members], [outs[i] for i in members], [logs[i] for i in members], should_stop
+                [configs[i] for i in members],
+                [outs[i] for i in members],
+                [logs[i] for i in members],
+                should_stop,
+                None if on_eval is None else lambda r, step, record, m=members: on_eval(m[r], step, record),
             )
             summaries.update(zip(members, done, strict=True))
         return [summaries[i] for i in range(len(configs))]
@@ -521,6 +532,8 @@ def run_pack(
                 histories[r].append(
                     {"step": step, "loss": losses[r], "accuracy": accuracy, "tokens_per_s": tokens_per_s}
                 )
+                if on_eval is not None:  # the trackers (--report-to)
+                    on_eval(r, step, {"loss": losses[r], "accuracy": accuracy, "learning_rate": lr})
                 logs[r](
                     f"step {step:>6}  loss {losses[r]:.4f}  test accuracy {accuracy:.4f}  {tokens_per_s:,.0f} tok/s  "
                     f"MFU {tokens_per_s * flops_per_token / gemm:.1%}{packed}"
@@ -581,16 +594,24 @@ def main(argv: Sequence[str] | None = None) -> int:
         else:
             parser.add_argument(flag, type=LIMITS[name].arg if name in LIMITS else type(value), default=value)
     parser.add_argument("--out", type=output_dir, default=None, help="run directory: checkpoint.pt, summary.json")
+    parser.add_argument(
+        "--report-to", type=tracker_list, default=[], help=f"trackers, offline under --out: {', '.join(TRACKERS)}"
+    )
     args = vars(parser.parse_args(argv))
     args.pop("verbose")  # read by harness/quiet.py before the imports
-    out = args.pop("out")
+    out, report_to = args.pop("out"), args.pop("report_to")
+    if report_to and not out:
+        raise UserError("--report-to writes under the run directory; give --out DIR")
     config = RunConfig.build(**args)
     if out:
         read_checkpoint(out / "checkpoint.pt", config)  # a checkpoint of another run is refused before any work
     lock = DirectoryLock(out, command_line("scratch.train", argv)) if out else None
+    trackers = Trackers(report_to, out, out.name, asdict(config)) if report_to else None
     try:
-        summary = run(config, out)
+        summary = run(config, out, on_eval=trackers and (lambda r, step, record: trackers.log(record, step)))
     finally:
+        if trackers:
+            trackers.close()
         if lock:
             lock.release()
     print(json.dumps({k: v for k, v in summary.items() if k not in ("history", "config")}, indent=2))

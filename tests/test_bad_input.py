@@ -18,7 +18,7 @@ from harness.cli import run
 from harness.results import COLUMNS
 from harness.weights import gguf_file
 from tests.devices import without_cuda
-from tests.harness.helpers import assert_user_error, run_module
+from tests.harness.helpers import ROOT, assert_user_error, run_module
 
 NOT_UTF8_PATH = "runs/caf\udce9"  # how Python hands over a Latin-1 byte in a path: a lone surrogate
 OK_EVAL = ["--tasks", "add", "--lengths", "1", "--samples", "2"]
@@ -567,6 +567,47 @@ SERVE = [
 ]
 
 
+REFERENCE_RUN = str(ROOT / "reports" / "quick-greedy-n40-seed0")
+
+
+def run_readers(out: str, *, several: bool) -> list[tuple]:
+    """The rows every command that reads finished runs shares (harness/finished.py), --out being ``out``."""
+    return [
+        ("missing", ["gone", "--out", out], "gone does not exist"),
+        ("not-a-run", ["empty_dir", "--out", out], "empty_dir has no results.csv"),
+        ("a-file", ["a_file", "--out", out], "a_file has no results.csv"),
+        ("results-not-utf8", ["run_csv_latin1", "--out", out], "results.csv is not UTF-8 text; it was not written"),
+        ("results-foreign", ["run_csv_foreign", "--out", out], "is not a numprec results file"),
+        ("results-huge-field", ["run_csv_huge", "--out", out], "field larger than field limit"),
+        ("no-out", [REFERENCE_RUN], "required: --out"),
+        ("no-run", ["--out", out], "required: runs" if several else "required: run"),
+        ("abbreviated", [REFERENCE_RUN, "--ou", out], "--ou is not a flag; write it in full: --out"),
+        (
+            ("twice", [REFERENCE_RUN, REFERENCE_RUN, "--out", out], "a run is given twice")
+            if several
+            else ("two-runs", [REFERENCE_RUN, REFERENCE_RUN, "--out", out], "unrecognized arguments")
+        ),
+    ]
+
+
+VIEW = [
+    *run_readers("page.html", several=True),
+    ("out-a-directory", [REFERENCE_RUN, "--out", "empty_dir"], "empty_dir is a directory; give a file name inside it"),
+    ("out-unwritable", [REFERENCE_RUN, "--out", "/proc/page.html"], "cannot write /proc/page.html"),
+]
+REPORT = [
+    *run_readers("merged", several=True),
+    ("out-a-file", [REFERENCE_RUN, "--out", "a_file"], "a_file is a file, not a directory"),
+    ("out-holds-a-run", [REFERENCE_RUN, "--out", "run_csv_latin1"], "already holds a run; give --out a new directory"),
+    ("out-unwritable", [REFERENCE_RUN, "--out", "/proc/merged"], "cannot use /proc/merged as an output directory"),
+]
+EXPORT = [
+    *run_readers("dataset", several=False),
+    ("out-a-file", [REFERENCE_RUN, "--out", "a_file"], "a_file is a file, not a directory"),
+    ("out-unwritable", [REFERENCE_RUN, "--out", "/proc/dataset"], "cannot use /proc/dataset as an output directory"),
+]
+
+
 def curve(name: str, summary: bytes | None, fragment: str) -> tuple:
     return (name, ["--run", "ft_run", "--out", "curve_out"], fragment, ("ft_run/adapter/train_summary.json", summary))
 
@@ -597,6 +638,9 @@ MATRIX = {
     "bench.run": BENCH,
     "harness.serve": SERVE,
     "finetune.curve": CURVE,
+    "harness.view": VIEW,
+    "harness.report": REPORT,
+    "harness.export": EXPORT,
 }
 
 

@@ -27,12 +27,22 @@ def test_training_lowers_the_loss_and_the_harness_evaluates_the_adapter(tmp_path
     config = tmp_path / "tiny.yaml"
     config.write_text(TINY.format(method=method))
     out = tmp_path / "run"
-    result = run_module("finetune.train", "--config", str(config), "--out", str(out))
+    tracked = ["--report-to", "tensorboard"] if method == "lora" else []
+    result = run_module("finetune.train", "--config", str(config), "--out", str(out), *tracked)
     assert result.returncode == 0, result.stderr[-3000:]
     assert_numprec_console(result)
     adapter = out / "adapter"
     summary = json.loads((adapter / "train_summary.json").read_text())
     assert summary["steps"] == 6
+    if tracked:  # the loss curve read back from TensorBoard's event file, as its viewer reads it
+        from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+        (events,) = (out / "tensorboard").glob("events.out.tfevents.*")
+        curve = EventAccumulator(str(events)).Reload()
+        loss = [(event.step, event.value) for event in curve.Scalars("loss")]
+        assert [step for step, _ in loss] == [1, 2, 3, 4, 5, 6]
+        assert [value for _, value in loss] == pytest.approx(summary["losses"], rel=1e-6)
+        assert "learning_rate" in curve.Tags()["scalars"] and "config/text_summary" in curve.Tags()["tensors"]
     assert summary["last_loss"] < summary["first_loss"] - 0.05, summary["losses"]
     assert json.loads((adapter / "adapter_config.json").read_text())["r"] == 8
     assert (adapter / "train_config.yaml").read_text() == config.read_text(), "the adapter sits beside its config"
