@@ -608,6 +608,25 @@ EXPORT = [
 ]
 
 
+LM_EVAL = ["--harness", "lm-eval", "--out", "tasks"]
+TASKS = [
+    ("no-harness", ["--out", "tasks"], "required: --harness"),
+    ("harness-unknown", ["--harness", "lighteval", "--out", "tasks"], "invalid choice: 'lighteval'"),
+    ("no-out", ["--harness", "lm-eval"], "required: --out"),
+    ("out-a-file", ["--harness", "lm-eval", "--out", "a_file"], "a_file is a file, not a directory"),
+    ("out-unwritable", ["--harness", "lm-eval", "--out", "/proc/tasks"], "cannot use /proc/tasks as an output"),
+    ("samples-0", [*LM_EVAL, "--samples", "0"], "--samples: must be at least 1, got 0"),
+    ("seed-negative", [*LM_EVAL, "--seed", "-1"], "--seed: must be at least 0, got -1"),
+    ("task-unknown", [*LM_EVAL, "--tasks", "div"], "unknown task 'div'"),
+    ("task-twice", [*LM_EVAL, "--tasks", "add,add"], "lists add twice"),
+    ("length-0", [*LM_EVAL, "--lengths", "0"], "length must be at least 1, got 0"),
+    ("config-unknown", [*LM_EVAL, "--config", "nope"], "unknown config 'nope'"),
+    ("model-unknown", [*LM_EVAL, "--model", "gpt-7"], "unknown model 'gpt-7'"),
+    ("prompt-unknown", [*LM_EVAL, "--prompt", "two-shot"], "invalid choice: 'two-shot'"),
+    ("abbreviated", ["--harn", "lm-eval", "--out", "tasks"], "--harn is not a flag; write it in full: --harness"),
+]
+
+
 def curve(name: str, summary: bytes | None, fragment: str) -> tuple:
     return (name, ["--run", "ft_run", "--out", "curve_out"], fragment, ("ft_run/adapter/train_summary.json", summary))
 
@@ -641,6 +660,7 @@ MATRIX = {
     "harness.view": VIEW,
     "harness.report": REPORT,
     "harness.export": EXPORT,
+    "harness.tasks": TASKS,
 }
 
 

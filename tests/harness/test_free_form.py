@@ -48,14 +48,15 @@ def read(path):
         return list(csv.DictReader(handle))
 
 
-def run(out, script=thinking_script, seeds=None, samples=10, interrupt_after=None, **settings):
+def run(out, script=thinking_script, seeds=None, samples=10, interrupt_after=None, tasks=("add", "mul"), **settings):
+    """The scripted run of every test here; ``script`` answers every series, or is a mapping precision -> script."""
     name, config = load_config("quick")
     spec = build_spec(
         name,
         config,
         models=["smollm2"],
         precisions=["fp32", "bf16"],
-        tasks=["add", "mul"],
+        tasks=list(tasks),
         lengths=[1, 2],
         samples=samples,
         out=out,
@@ -64,13 +65,15 @@ def run(out, script=thinking_script, seeds=None, samples=10, interrupt_after=Non
     )
     calls = [0]
 
-    def counted(message: str, rows: int) -> str:
-        calls[0] += 1
-        if interrupt_after is not None and calls[0] > interrupt_after:
-            raise KeyboardInterrupt
-        return script(message, rows)
-
     def load(variant, spec):
+        own = script[variant.precision.name] if isinstance(script, dict) else script
+
+        def counted(message: str, rows: int) -> str:
+            calls[0] += 1
+            if interrupt_after is not None and calls[0] > interrupt_after:
+                raise KeyboardInterrupt
+            return own(message, rows)
+
         return ScriptedBackend(variant.precision, counted, spec.batch_size)
 
     return evaluate(spec, "python -m harness.eval (scripted)", load=load)
@@ -112,37 +115,11 @@ def test_free_form_answers_are_read_after_the_thinking_in_every_format(tmp_path)
 def test_the_paired_lengths_say_which_series_thinks_longer(tmp_path):
     """bf16 thinks twice as long on the same problems: its paired length difference is positive and significant."""
 
-    def script(message: str, rows: int) -> str:
-        return thinking_script(message, rows)
+    def longer(message: str, rows: int) -> str:
+        return thinking_script(message, rows).replace("Let me see:", "Let me see: " + "and then " * 10)
 
     out = tmp_path / "run"
-    name, config = load_config("quick")
-    spec = build_spec(
-        name,
-        config,
-        models=["smollm2"],
-        precisions=["fp32", "bf16"],
-        tasks=["add"],
-        lengths=[1, 2],
-        samples=30,
-        out=out,
-        prompt="cot",
-        answer="free-form",
-        max_new_tokens=2000,
-    )
-
-    def load(variant, spec):
-        def longer(message, rows):
-            text = script(message, rows)
-            return (
-                text.replace("Let me see:", "Let me see: " + "and then " * 10)
-                if variant.precision.name == "bf16"
-                else text
-            )
-
-        return ScriptedBackend(variant.precision, longer, spec.batch_size)
-
-    evaluate(spec, "python -m harness.eval (scripted)", load=load)
+    run(out, {"fp32": thinking_script, "bf16": longer}, samples=30, tasks=["add"], max_new_tokens=2000)
     (row,) = read(out / "lengths.csv")
     assert row["baseline"] == "smollm2 fp32" and row["variant"] == "smollm2 bf16"
     assert float(row["difference"]) > 15 and float(row["p_holm"]) < 0.05, row
