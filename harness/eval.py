@@ -15,7 +15,7 @@ import sys
 import time
 import zlib
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from tqdm import tqdm
@@ -26,7 +26,6 @@ from harness.cli import ArgParser, input_path, int_list, name_list, output_dir, 
 from harness.config import SETTINGS, RunSpec, add_setting_flags, build_spec, load_config
 from harness.errors import UserError
 from harness.evidence import sample_digest
-from harness.files import read_json
 from harness.machine import describe
 from harness.models import EndpointSource, ModelSpec, PrecisionSpec, get_model, get_precision, held_out
 from harness.parallel import Processes
@@ -541,31 +540,22 @@ def overlap_notes(variants, spec) -> list[str]:
     return notes
 
 
-def report_to_trackers(names: Sequence[str], out: Path) -> None:
+def report_to_trackers(names: Sequence[str], run_dir: RunDir) -> None:
     """The run's results table, its paired table and per-cell accuracies to the trackers (one step per length)."""
     import csv
 
-    def table(name: str) -> list[dict]:
-        if not (out / name).exists():
-            return []
-        with open(out / name, newline="", encoding="utf-8") as handle:
-            return list(csv.DictReader(handle))
-
-    results = table("results.csv")
-    trackers = Trackers(names, out, out.name, {"command": run_commands(out)})
+    comparisons = run_dir.path / "comparisons.csv"
+    with open(comparisons, newline="", encoding="utf-8") as handle:
+        paired = list(csv.DictReader(handle))
+    trackers = Trackers(names, run_dir.path, run_dir.path.name, {"command": run_dir.commands()})
     try:
-        for row in results:
-            series = f"{row['model']} {row['precision']}" + (f" +{Path(row['adapter']).name}" if row["adapter"] else "")
-            task = row["task"] + (f":{row['operands']}" if row["task"] == "iter_add" else "")
-            trackers.log({f"accuracy/{series}/{task}/seed{row['seed']}": float(row["accuracy"])}, int(row["length"]))
-        trackers.table("results", results)
-        trackers.table("comparisons", table("comparisons.csv"))
+        for row in run_dir.rows:
+            name = f"accuracy/{row.key.series}/{row.key.task_label}/seed{row.seed}"
+            trackers.log({name: row.accuracy}, row.length)
+        trackers.table("results", [asdict(row) for row in run_dir.rows])
+        trackers.table("comparisons", paired)
     finally:
         trackers.close()
-
-
-def run_commands(out: Path) -> list[str]:
-    return [entry.get("command", "") for entry in read_json(out / "run.json", str(out)).get("invocations", [])]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -606,7 +596,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if run_dir is None:  # a helper process of a data-parallel run: the main process reports
         return 0
     if args.report_to:
-        report_to_trackers(args.report_to, run_dir.path)
+        report_to_trackers(args.report_to, run_dir)
     print((run_dir.path / "summary.md").read_text(encoding="utf-8").split("## Models")[0].rstrip())
     shown = ("results.csv", "pooled.csv", "samples.jsonl", "summary.md", "accuracy_vs_length.png", "lengths.png")
     shown += tuple(f"{name}/" for name in ("tensorboard", "trackio", "wandb", "mlruns"))

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from harness.errors import UserError
 from harness.files import read_json
-from harness.results import CellKey, CellResult, Sample, read_results, read_samples_file
+from harness.results import CellKey, CellResult, Sample, read_results, read_samples_file, samples_seed
 
 
 def read_samples(directory: Path) -> list[Sample]:
@@ -39,7 +39,10 @@ class FinishedRun:
 
     @property
     def commands(self) -> list[str]:
-        return [invocation.get("command", "") for invocation in self.record.get("invocations", [])]
+        """The commands that made it: a merged run's sources' (harness/merge.py), then its own."""
+        sources = [source.get("invocations", []) for source in self.record.get("merged_from", [])]
+        invocations = [entry for invocations in [*sources, self.record.get("invocations", [])] for entry in invocations]
+        return [invocation.get("command", "") for invocation in invocations]
 
     def cell_samples(self) -> dict[CellKey, list[Sample]]:
         """Each row's samples, in index order."""
@@ -64,13 +67,13 @@ def read_run(directory: Path) -> FinishedRun:
         raise UserError(
             f"{directory}/results.csv: {problems[0]}; python -m harness.rescore {directory} says what is damaged"
         )
-    samples = read_samples(directory)
     record = read_json(directory / "run.json", str(directory)) if (directory / "run.json").is_file() else {}
+    seed = samples_seed(rows, record.get("identity", {}))
+    samples = [sample if "seed" in sample else {**sample, "seed": seed} for sample in read_samples(directory)]
     run = FinishedRun(directory, rows, samples, record)
     cells = run.cell_samples()
     for row in rows:
-        # A run written before seeds were recorded has samples without one: they belong to the row's seed.
-        own = cells.get(row.key) or (cells.get(CellKey.of({**row.__dict__, "seed": 0})) if row.seed else None) or []
+        own = cells.get(row.key, [])
         if len(own) != row.n or sum(bool(s["correct"]) for s in own) != row.correct:
             raise UserError(
                 f"{directory}: {row.key.series} {row.key.task_label} n={row.length} has {len(own)} samples "

@@ -29,7 +29,7 @@ from harness.compare import Comparison, comparisons_csv, comparisons_markdown, p
 from harness.errors import UserError
 from harness.figures import accuracy_axes, figure_png
 from harness.files import atomic_write_bytes, atomic_write_text
-from harness.finished import read_run
+from harness.finished import FinishedRun, read_run
 from harness.lengths import LengthComparison, lengths_csv, lengths_markdown, lengths_plot_png, paired_lengths
 from harness.lock import DirectoryLock
 from harness.merge import merge
@@ -37,6 +37,7 @@ from harness.models import held_out
 from harness.problems import parse_task
 from harness.prompts import prompt_deviations
 from harness.results import CellKey, CellResult, Sample, results_csv_text, slim
+from harness.rundir import sample_line
 from harness.scoring import wilson_interval
 
 BASE_10_ONLY = 10  # the paper's reference table is base 10
@@ -385,14 +386,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         raise UserError(f"{args.out} already holds a run; give --out a new directory")
     rows, samples, record = merge([read_run(path) for path in args.runs])
     command = command_line("harness.report", argv)
-    commands = [c for source in record["merged_from"] for c in (i.get("command", "") for i in source["invocations"])]
+    merged = FinishedRun(args.out, rows, samples, {**record, "invocations": [{"command": command}]})
     with DirectoryLock(args.out, command):
         atomic_write_text(args.out / "results.csv", results_csv_text(rows))
-        lines = "".join(json.dumps(sample, ensure_ascii=False) + "\n" for sample in samples)
-        atomic_write_text(args.out / "samples.jsonl", lines)
-        record = {**record, "invocations": [{"command": command}]}
-        atomic_write_text(args.out / "run.json", json.dumps(record, indent=2) + "\n")
-        write_reports(args.out, rows, [*commands, command], [slim(sample) for sample in samples])
+        atomic_write_text(args.out / "samples.jsonl", "".join(sample_line(sample) for sample in samples))
+        atomic_write_text(args.out / "run.json", json.dumps(merged.record, indent=2) + "\n")
+        write_reports(args.out, rows, merged.commands, [slim(sample) for sample in samples])
     series = len({row.key.series for row in rows})
     print(f"wrote {args.out}/ ({len(rows)} rows of {series} series from {len(args.runs)} runs; summary.md)")
     return 0

@@ -221,6 +221,13 @@ def results_csv_text(rows: Iterable[CellResult], header: bool = True) -> str:
     return csv_text(rows, COLUMNS, RESULT_DECIMALS, header)
 
 
+def samples_seed(rows: Iterable[CellResult], identity: dict) -> int:
+    """The seed of samples written when a run had one seed, which do not name it: its rows' (run.json's identity
+    named it too)."""
+    seeds = {row.seed for row in rows} or {identity.get("seed", 0)}
+    return seeds.pop() if len(seeds) == 1 else identity.get("seed", 0)
+
+
 class Sample(TypedDict, total=False):
     """One problem of a finished cell, a line of samples.jsonl: the cell's key, the problem, the prompt, the model's
     output, the answer read from it, the rule that read it, the gold answer and the verdict; ``digest`` covers the

@@ -32,6 +32,7 @@ from harness.results import (
     read_results,
     read_samples_file,
     results_csv_text,
+    samples_seed,
     slim,
 )
 
@@ -170,8 +171,7 @@ class RunDir:
         found = read_samples_file(self.samples_path)
         # Samples written when a run had one seed do not name it: it is the rows' (run.json's identity named it too),
         # and a sample is given it where its cell is kept as trusted.
-        seeds = {row.seed for row in self.rows} or {self._meta().get("identity", {}).get("seed", 0)}
-        run_seed = seeds.pop() if len(seeds) == 1 else self._meta().get("identity", {}).get("seed", 0)
+        run_seed = samples_seed(self.rows, self._meta().get("identity", {}))
         # A run written before samples carried digests (none has one) is read as it is, and given them now.
         legacy = (
             bool(found.samples)

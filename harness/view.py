@@ -27,28 +27,16 @@ from harness.files import atomic_write_text
 from harness.finished import FinishedRun, read_run
 from harness.merge import merge
 from harness.report import series_label, task_label
+from harness.results import CellKey
 
 SAMPLE_FIELDS = ("index", "expression", "prompt", "output", "extracted", "rule", "gold", "correct", "truncated")
 
 
 def cell_id(record) -> str:
-    """The id the page gives a cell: series, task, base, length, seed (of a row or a sample)."""
-    return (
-        "|".join(
-            str(part)
-            for part in (
-                series_label(record),
-                task_label(record),
-                record_get(record, "base"),
-                record_get(record, "length"),
-            )
-        )
-        + f"|{record_get(record, 'seed', 0)}"
-    )
-
-
-def record_get(record, name: str, default=None):
-    return record.get(name, default) if isinstance(record, dict) else getattr(record, name, default)
+    """The id the page gives a cell, of a row or a sample: series|task|base|length|seed (the page swaps the series to
+    find the same problems in another series)."""
+    key = CellKey.of(record)
+    return f"{key.series}|{key.task_label}|{key.base}|{key.length}|{key.seed}"
 
 
 def page_data(title: str, finished: FinishedRun) -> dict:
@@ -112,13 +100,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--out", type=output_file, required=True, help="the HTML file to write")
     args = parser.parse_args(argv)
     runs = [read_run(path) for path in args.runs]
-    if len(runs) == 1:
-        finished = runs[0]
-    else:
-        rows, samples, record = merge(runs)
-        finished = FinishedRun(runs[0].path, rows, samples, {"invocations": [
-            invocation for source in record["merged_from"] for invocation in source["invocations"]
-        ]})  # fmt: skip
+    finished = runs[0] if len(runs) == 1 else FinishedRun(runs[0].path, *merge(runs))
     title = " + ".join(path.name for path in args.runs)
     try:
         atomic_write_text(args.out, page_html(page_data(title, finished)))

@@ -100,3 +100,28 @@ def test_a_run_exported_is_read_back_by_datasets(runs, tmp_path):
     assert samples[0]["output"] == first["output"] and samples[0]["prompt"] == first["prompt"]
     card = (tmp_path / "dataset" / "README.md").read_text()
     assert "config_name: samples" in card and "python -m harness.eval (scripted)" in card
+
+
+def test_samples_written_before_seeds_were_recorded_take_the_runs_seed(tmp_path):
+    """A run of one seed written before samples named it: read, each sample belongs to its row's seed (as a resumed
+    run gives it, harness/rundir.py), so the viewer, the merge and the export find every cell's samples."""
+    import shutil
+
+    from harness.finished import read_run
+    from harness.view import cell_id
+    from tests.harness.helpers import ROOT
+
+    run_dir = tmp_path / "run"
+    shutil.copytree(ROOT / "reports" / "quick-greedy-n40-seed0", run_dir)
+    assert all("seed" not in json.loads(line) for line in (run_dir / "samples.jsonl").read_text().splitlines())
+    with open(run_dir / "results.csv", newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    with open(run_dir / "results.csv", "w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=list(rows[0]), lineterminator="\n")
+        writer.writeheader()
+        writer.writerows({**row, "seed": "3"} for row in rows)
+    finished = read_run(run_dir)
+    assert {sample["seed"] for sample in finished.samples} == {3}
+    cells = finished.cell_samples()
+    assert all(len(cells[row.key]) == row.n for row in finished.rows)
+    assert {cell_id(row) for row in finished.rows} == {cell_id(sample) for sample in finished.samples}
