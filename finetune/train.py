@@ -391,7 +391,7 @@ def train(config: FinetuneConfig, config_path: Path, out: Path, report_to: Seque
         save_total_limit=2,
         max_length=settings.max_length,
         completion_only_loss=True,
-        gradient_checkpointing=settings.gradient_checkpointing,
+        activation_checkpointing=settings.gradient_checkpointing,  # transformers 5.23's name for it
         seed=config.seed,
         data_seed=config.data.seed,
         report_to="none",
