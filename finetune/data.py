@@ -23,7 +23,7 @@ from pathlib import Path
 
 from harness.bounds import SAMPLES, SEED, Bound, unique
 from harness.cli import ArgParser, name_list, output_dir, run
-from harness.errors import UserError
+from harness.files import writing_out
 from harness.problems import Problem, Task, check_cell_bounds, heldout_problems, parse_task
 from harness.prompts import TEMPLATE_FOR_TASK, user_message
 
@@ -125,10 +125,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     for task in tasks:
         dataset, overlapping = build(task, args.seed, args.scale, eval_count=args.eval_count)
         target = args.out / task.label.replace(":", "_")
-        try:
+        with writing_out(target):
             dataset.save_to_disk(str(target))
-        except OSError as err:
-            raise UserError(f"cannot write {target}: {err.strerror}; choose a writable --out") from None
         meta["tasks"][task.label] = {"path": str(target), "rows": dataset.num_rows, "overlapping_cells": overlapping}
         print(
             f"{task.label}: {dataset.num_rows} examples -> {target}"

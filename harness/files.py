@@ -10,11 +10,21 @@ import io
 import json
 import os
 import tempfile
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TypeVar
 
 from harness.errors import UserError
+
+
+@contextmanager
+def writing_out(path: Path) -> Iterator[None]:
+    """Writing what --out named: a write that fails there (disk full, read-only) is one line, never a traceback."""
+    try:
+        yield
+    except OSError as err:
+        raise UserError(f"cannot write {path}: {err.strerror}; choose a writable --out") from None
 
 
 def atomic_write_text(path: Path, text: str) -> None:

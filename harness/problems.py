@@ -27,7 +27,7 @@ import numpy as np
 from harness.bounds import SEED, Bound
 from harness.cli import ArgParser, output_file, run
 from harness.errors import UserError
-from harness.files import atomic_write_text
+from harness.files import atomic_write_text, writing_out
 
 DIGITS = "0123456789abcdefghijklmnopqrstuvwxyz"
 MIN_BASE, MAX_BASE = 2, len(DIGITS)
@@ -225,11 +225,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     task = args.task
     problems = generate(task, args.base, args.length, args.count, args.seed)
-    try:
+    with writing_out(args.out):
         args.out.parent.mkdir(parents=True, exist_ok=True)
         write_jsonl(problems, args.out)
-    except OSError as err:
-        raise UserError(f"cannot write {args.out}: {err.strerror}; choose a writable --out") from None
     print(f"wrote {len(problems)} {task.label} problems (base {args.base}, length {args.length}) to {args.out}")
     return 0
 

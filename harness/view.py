@@ -22,8 +22,7 @@ from pathlib import Path
 from harness.anatomy import anatomy_rows
 from harness.cli import ArgParser, input_path, output_file, run
 from harness.compare import SIGNIFICANCE, paired_comparisons
-from harness.errors import UserError
-from harness.files import atomic_write_text
+from harness.files import atomic_write_text, writing_out
 from harness.finished import FinishedRun, read_run
 from harness.merge import merge
 from harness.report import series_label, task_label
@@ -102,10 +101,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     runs = [read_run(path) for path in args.runs]
     finished = runs[0] if len(runs) == 1 else FinishedRun(runs[0].path, *merge(runs))
     title = " + ".join(path.name for path in args.runs)
-    try:
-        atomic_write_text(args.out, page_html(page_data(title, finished)))
-    except OSError as err:
-        raise UserError(f"cannot write {args.out}: {err.strerror}; pass another --out") from None
+    page = page_html(page_data(title, finished))
+    with writing_out(args.out):
+        atomic_write_text(args.out, page)
     print(f"wrote {args.out} ({len(finished.rows)} cells, {len(finished.samples)} samples; open it in a browser)")
     return 0
 
