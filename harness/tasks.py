@@ -35,6 +35,7 @@ from harness.lock import DirectoryLock
 from harness.models import get_model
 from harness.problems import Task, generate
 from harness.prompts import user_message
+from harness.scoring import Extraction, is_correct, judge
 from harness.weights import resolve_weights
 
 GROUP = "numprec"
@@ -43,8 +44,7 @@ imported from the installed numprec (harness/scoring.py), which must be the vers
 
 from importlib import metadata
 
-from harness.answers import FIRST_LINE
-from harness.scoring import is_correct, judge
+from harness.tasks import verdict
 
 WRITTEN_BY = "{version}"
 
@@ -56,10 +56,15 @@ def process_results(doc, results):
             f"these tasks were written by numprec {{WRITTEN_BY}} and numprec {{installed}} is installed: "
             "write them again with python -m harness.tasks"
         )
-    kept = FIRST_LINE.kept(results[0])  # numprec's backends stop after the first non-blank line
-    extraction = judge(kept, doc["base"], doc["expression"], FIRST_LINE, False)
-    return {{"exact_match": float(is_correct(extraction.answer, doc["gold"], doc["base"]))}}
+    return {{"exact_match": float(verdict(results[0], doc)[1])}}
 '''
+
+
+def verdict(output: str, document: dict) -> tuple[Extraction, bool]:
+    """How both harnesses score a document's output, as harness.eval does: its first non-blank line (where numprec's
+    backends stop) read by harness/scoring.py, and whether that answer is exactly the gold one."""
+    extraction = judge(FIRST_LINE.kept(output), document["base"], document["expression"], FIRST_LINE, False)
+    return extraction, is_correct(extraction.answer, document["gold"], document["base"])
 
 
 def numprec_version() -> str:

@@ -17,10 +17,8 @@ from inspect_ai.model import GenerateConfig
 from inspect_ai.scorer import CORRECT, INCORRECT, Score, Target, accuracy, scorer, stderr
 from inspect_ai.solver import TaskState, generate
 
-from harness.answers import FIRST_LINE
 from harness.problems import parse_task
-from harness.scoring import is_correct, judge
-from harness.tasks import cell_budget, cell_documents
+from harness.tasks import cell_budget, cell_documents, verdict
 
 
 @scorer(metrics=[accuracy(), stderr()])
@@ -28,10 +26,7 @@ def numprec_exact_match():
     """numprec's reading of the answer and its exact match (harness/scoring.py)."""
 
     async def score(state: TaskState, target: Target) -> Score:
-        document = state.metadata
-        kept = FIRST_LINE.kept(state.output.completion)
-        extraction = judge(kept, document["base"], document["expression"], FIRST_LINE, False)
-        hit = is_correct(extraction.answer, target.text, document["base"])
+        extraction, hit = verdict(state.output.completion, state.metadata)  # the target is metadata's gold
         return Score(value=CORRECT if hit else INCORRECT, answer=extraction.answer, explanation=extraction.rule)
 
     return score
