@@ -20,7 +20,6 @@ from harness.errors import UserError
 from harness.quiet import verbose
 
 TRACKERS = ("tensorboard", "trackio", "wandb", "mlflow")
-PACKAGES = {"tensorboard": "tensorboard", "trackio": "trackio", "wandb": "wandb", "mlflow": "mlflow"}
 
 
 def tracker_list(text: str) -> list[str]:
@@ -34,6 +33,8 @@ def tracker_list(text: str) -> list[str]:
     if unknown or not names:
         said = ", ".join(unknown) or repr(text)
         raise argparse.ArgumentTypeError(f"unknown tracker {said}; known: {', '.join(TRACKERS)}")
+    for name in names:  # before any work: harness.eval logs only once its grid is done
+        _check_installed(name)
     return list(dict.fromkeys(names))
 
 
@@ -47,13 +48,18 @@ def said_only_if_verbose():
         yield
 
 
+def _check_installed(name: str) -> None:
+    import importlib.util
+
+    if importlib.util.find_spec(name) is None:  # each tracker's package has its name
+        raise UserError(f"--report-to {name} needs {name}; run: pip install {name}")
+
+
 def _require(name: str):
     import importlib
 
-    try:
-        return importlib.import_module(name)
-    except ImportError:
-        raise UserError(f"--report-to {name} needs {PACKAGES[name]}; run: pip install {PACKAGES[name]}") from None
+    _check_installed(name)
+    return importlib.import_module(name)
 
 
 class Trackers:

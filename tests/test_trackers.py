@@ -50,6 +50,22 @@ def test_an_unknown_tracker_is_one_line(tmp_path):
     assert_user_error(result, "unknown tracker neptune; known: tensorboard, trackio, wandb, mlflow")
 
 
+def test_a_tracker_not_installed_is_refused_before_any_work(tmp_path):
+    """harness.eval logs once its grid is done: a missing tracker is said at once, not after the evaluation."""
+    import importlib.util
+
+    from harness.trackers import TRACKERS
+
+    missing = [name for name in TRACKERS if importlib.util.find_spec(name) is None]
+    if not missing:
+        pytest.skip("every tracker is installed here")
+    out = tmp_path / "eval"
+    grid = ["--model", "smollm2-arith", "--precision", "fp32", "--tasks", "add", "--lengths", "1", "--samples", "2"]
+    result = run_module("harness.eval", *grid, "--out", str(out), "--report-to", f"tensorboard,{missing[0]}")
+    assert_user_error(result, f"--report-to {missing[0]} needs {missing[0]}; run: pip install {missing[0]}")
+    assert not out.exists() and not result.stdout.strip()
+
+
 def test_trackio_keeps_the_curve_in_its_local_database(tmp_path):
     """trackio, offline: its SQLite database under the run directory holds every evaluation's numbers."""
     import sqlite3
