@@ -34,7 +34,7 @@ from harness.errors import UserError, one_line
 from harness.files import follow_umask, read_json
 from harness.lock import DirectoryLock
 from harness.machine import describe
-from harness.trackers import TRACKERS, Trackers, tracker_list
+from harness.trackers import Trackers, add_report_to_flag
 
 # A tiny model is for tests and smoke runs; real models come from the registry or model_path.
 WIDTH = Annotated[int, Bound(1, 4096, "a tiny model; give a real one as model or model_path").field]
@@ -537,9 +537,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--config", type=input_path, required=True, help="a YAML file like finetune/configs/cpu_smoke.yaml"
     )
     parser.add_argument("--out", type=output_dir, required=True, help="run directory: checkpoints/, adapter/, base/")
-    parser.add_argument(
-        "--report-to", type=tracker_list, default=[], help=f"trackers, offline under --out: {', '.join(TRACKERS)}"
-    )
+    add_report_to_flag(parser)
     args = parser.parse_args(argv)
     config = load_config(args.config)
     from harness.models import get_model

@@ -35,7 +35,7 @@ from harness.report import write_reports
 from harness.results import CellResult, cell_key
 from harness.rundir import RunDir
 from harness.scoring import is_correct, judge, wilson_interval
-from harness.trackers import TRACKERS, Trackers, tracker_list
+from harness.trackers import WRITES, Trackers, add_report_to_flag
 from harness.weights import (
     check_adapter_dir,
     check_hardware,
@@ -573,9 +573,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--adapter", type=input_path, help="a peft LoRA/QLoRA adapter directory to apply to the model")
     add_setting_flags(parser)  # --samples, --seed, --decoding, --base, --batch-size, ...: the config's own fields
-    parser.add_argument(
-        "--report-to", type=tracker_list, default=[], help=f"trackers, offline under --out: {', '.join(TRACKERS)}"
-    )
+    add_report_to_flag(parser)
     args = parser.parse_args(argv)
     config_name, config = load_config(args.config)
     spec = build_spec(
@@ -599,7 +597,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         report_to_trackers(args.report_to, run_dir)
     print((run_dir.path / "summary.md").read_text(encoding="utf-8").split("## Models")[0].rstrip())
     shown = ("results.csv", "pooled.csv", "samples.jsonl", "summary.md", "accuracy_vs_length.png", "lengths.png")
-    shown += tuple(f"{name}/" for name in ("tensorboard", "trackio", "wandb", "mlruns"))
+    shown += tuple(f"{name}/" for name in WRITES.values())
     written = ", ".join(name for name in shown if (run_dir.path / name.rstrip("/")).exists())
     print(f"\nwrote {run_dir.path}/ ({written}) in {time.perf_counter() - started:.0f} s")
     return 0

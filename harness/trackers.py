@@ -19,7 +19,9 @@ from pathlib import Path
 from harness.errors import UserError
 from harness.quiet import verbose
 
-TRACKERS = ("tensorboard", "trackio", "wandb", "mlflow")
+# each tracker and what it writes under the run directory (wandb names its own folder in the directory it is given)
+WRITES = {"tensorboard": "tensorboard", "trackio": "trackio", "wandb": "wandb", "mlflow": "mlruns"}
+TRACKERS = tuple(WRITES)
 
 
 def tracker_list(text: str) -> list[str]:
@@ -36,6 +38,13 @@ def tracker_list(text: str) -> list[str]:
     for name in names:  # before any work: harness.eval logs only once its grid is done
         _check_installed(name)
     return list(dict.fromkeys(names))
+
+
+def add_report_to_flag(parser) -> None:
+    """--report-to, as harness.eval, finetune.train and scratch.train take it."""
+    parser.add_argument(
+        "--report-to", type=tracker_list, default=[], help=f"trackers, offline under --out: {', '.join(TRACKERS)}"
+    )
 
 
 @contextmanager
@@ -73,11 +82,11 @@ class Trackers:
             _require("tensorboard")
             from torch.utils.tensorboard import SummaryWriter
 
-            writer = SummaryWriter(log_dir=str(directory / "tensorboard"))
+            writer = SummaryWriter(log_dir=str(directory / WRITES["tensorboard"]))
             writer.add_text("config", "```\n" + json.dumps(config, indent=2) + "\n```")
             self._open["tensorboard"] = writer
         if "trackio" in self.names:
-            os.environ.setdefault("TRACKIO_DIR", str(directory / "trackio"))  # read when trackio is imported
+            os.environ.setdefault("TRACKIO_DIR", str(directory / WRITES["trackio"]))  # read when trackio is imported
             trackio = _require("trackio")
             with said_only_if_verbose():  # its banner and dashboard hints
                 trackio.init(project="numprec", name=run_name, config=config, auto_log_gpu=False)
@@ -89,7 +98,7 @@ class Trackers:
             )
         if "mlflow" in self.names:
             mlflow = _require("mlflow")
-            mlflow.set_tracking_uri((directory / "mlruns").resolve().as_uri())
+            mlflow.set_tracking_uri((directory / WRITES["mlflow"]).resolve().as_uri())
             mlflow.start_run(run_name=run_name)
             mlflow.log_params({k: str(v)[:500] for k, v in config.items()})
             self._open["mlflow"] = mlflow

@@ -47,7 +47,7 @@ from harness.errors import UserError, one_line
 from harness.lock import DirectoryLock
 from harness.machine import describe
 from harness.problems import BASE, OPERANDS
-from harness.trackers import TRACKERS, Trackers, tracker_list
+from harness.trackers import Trackers, add_report_to_flag
 from scratch.data import Arithmetic, Problems
 from scratch.model import GPT, GPTConfig, identity
 from scratch.numerics import (
@@ -594,9 +594,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         else:
             parser.add_argument(flag, type=LIMITS[name].arg if name in LIMITS else type(value), default=value)
     parser.add_argument("--out", type=output_dir, default=None, help="run directory: checkpoint.pt, summary.json")
-    parser.add_argument(
-        "--report-to", type=tracker_list, default=[], help=f"trackers, offline under --out: {', '.join(TRACKERS)}"
-    )
+    add_report_to_flag(parser)
     args = vars(parser.parse_args(argv))
     args.pop("verbose")  # read by harness/quiet.py before the imports
     out, report_to = args.pop("out"), args.pop("report_to")
