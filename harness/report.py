@@ -62,7 +62,7 @@ def reference() -> dict[str, dict[str, dict[int, float]]]:
 @dataclass(frozen=True)
 class Pooled:
     """A series' cell over the run's seeds (one seed: that cell): counts summed, accuracy and its Wilson interval
-    from them, and the per-seed accuracies' range."""
+    from them, and the per-seed accuracies' spread (range, sample standard deviation)."""
 
     correct: int
     n: int
@@ -70,12 +70,16 @@ class Pooled:
     seeds: int
     lowest: float
     highest: float
+    sd: float
 
     @classmethod
     def of(cls, rows: Sequence[CellResult]) -> Pooled:
+        import statistics
+
         accuracies = [row.correct / row.n for row in rows]
         correct, n = sum(row.correct for row in rows), sum(row.n for row in rows)
-        return cls(correct, n, sum(row.no_answer for row in rows), len(rows), min(accuracies), max(accuracies))
+        sd = statistics.stdev(accuracies) if len(accuracies) > 1 else 0.0
+        return cls(correct, n, sum(row.no_answer for row in rows), len(rows), min(accuracies), max(accuracies), sd)
 
     @property
     def accuracy(self) -> float:
@@ -353,7 +357,6 @@ def pooled_csv(rows: Sequence[CellResult]) -> str:
     the spread of the per-seed accuracies (lowest, highest, standard deviation)."""
     import csv
     import io
-    import statistics
 
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
@@ -367,12 +370,10 @@ def pooled_csv(rows: Sequence[CellResult]) -> str:
     for (series, task, base, length), own in groups.items():
         pooled = Pooled.of(own)
         low, high = pooled.interval
-        accuracies = [row.correct / row.n for row in own]
-        sd = statistics.stdev(accuracies) if len(accuracies) > 1 else 0.0
         writer.writerow(
             [series, task, base, length, ",".join(str(row.seed) for row in own), pooled.n, pooled.correct]
             + [f"{pooled.accuracy:.4f}", f"{low:.4f}", f"{high:.4f}", f"{pooled.lowest:.4f}", f"{pooled.highest:.4f}"]
-            + [f"{sd:.4f}"]
+            + [f"{pooled.sd:.4f}"]
         )
     return buffer.getvalue()
 
