@@ -25,6 +25,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, fields, replace
+from typing import TypeVar
 
 from harness.results import csv_text
 from harness.scoring import wilson_interval
@@ -137,9 +138,13 @@ def paired_comparisons(samples: Sequence[dict], series_of, task_of) -> list[Comp
     return holm_adjusted(results)
 
 
-def holm_adjusted(comparisons: list[Comparison]) -> list[Comparison]:
+Compared = TypeVar("Compared")  # a comparison dataclass: baseline, p_value, p_holm, family
+
+
+def holm_adjusted(comparisons: list[Compared]) -> list[Compared]:
     """Each comparison with its Holm-adjusted p-value over its family (the comparisons with the same baseline): the
-    i-th smallest of m p-values times (m - i + 1), kept monotone, capped at 1."""
+    i-th smallest of m p-values times (m - i + 1), kept monotone, capped at 1. Any dataclass with baseline, p_value,
+    p_holm and family fields (the accuracy comparisons here, the length comparisons of harness/lengths.py)."""
     families: dict[str, list[int]] = {}
     for index, comparison in enumerate(comparisons):
         families.setdefault(comparison.baseline, []).append(index)

@@ -16,7 +16,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, fields
 
-from harness.compare import SIGNIFICANCE
+from harness.compare import SIGNIFICANCE, holm_adjusted
 from harness.results import CellKey, csv_text
 
 
@@ -63,7 +63,7 @@ def paired_lengths(samples: Sequence[dict], series_of, task_of) -> list[LengthCo
             if reference and reference[0] == expression:
                 pooled.setdefault(key[:2], []).append((reference[1], tokens, reference[2], thinking))
         results += [compare_lengths(task, base, baseline, variant, pairs) for (task, base), pairs in pooled.items()]
-    return _holm(results)
+    return holm_adjusted(results)  # one family: every series against the first
 
 
 def compare_lengths(task: str, base: int, baseline: str, variant: str, pairs) -> LengthComparison:
@@ -92,17 +92,6 @@ def compare_lengths(task: str, base: int, baseline: str, variant: str, pairs) ->
         variant_thinking=sum(t for _, _, _, t in pairs) / n,
         p_value=p_value,
     )
-
-
-def _holm(comparisons: list[LengthComparison]) -> list[LengthComparison]:
-    from dataclasses import replace
-
-    order = sorted(range(len(comparisons)), key=lambda index: comparisons[index].p_value)
-    adjusted, running = list(comparisons), 0.0
-    for rank, index in enumerate(order):
-        running = max(running, min(1.0, (len(order) - rank) * comparisons[index].p_value))
-        adjusted[index] = replace(comparisons[index], p_holm=running, family=len(order))
-    return adjusted
 
 
 def lengths_csv(comparisons: Sequence[LengthComparison]) -> str:
