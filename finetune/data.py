@@ -24,17 +24,24 @@ from pathlib import Path
 from harness.bounds import SAMPLES, SEED, Bound, unique
 from harness.cli import ArgParser, name_list, output_dir, run
 from harness.files import writing_out
-from harness.problems import Problem, Task, check_cell_bounds, heldout_problems, parse_task
+from harness.problems import (
+    HELD_OUT_COUNT,
+    TRAINING_LENGTHS,
+    Problem,
+    Task,
+    check_cell_bounds,
+    heldout_problems,
+    parse_task,
+)
 from harness.prompts import TEMPLATE_FOR_TASK, user_message
 
-LENGTHS = range(1, 10)
-PAPER_COUNTS = {length: 5_000 if length <= 6 else 10_000 for length in LENGTHS}  # 60k per task
+PAPER_COUNTS = {length: 5_000 if length <= 6 else 10_000 for length in TRAINING_LENGTHS}  # 60k per task
 SCALE = Bound(above=0, high=10, why="10 x the paper's 60,000 samples per task", kind=float)
 
 
 def check_task(task: Task, base: int = 10) -> Task:
     """Every length of the fine-tuning set must be a valid cell of the task (mul:trunc=L needs L <= 2n)."""
-    for length in LENGTHS:
+    for length in TRAINING_LENGTHS:
         check_cell_bounds(base, length, task)
     return task
 
@@ -59,7 +66,9 @@ def to_example(problem: Problem, task: Task) -> dict:
     }
 
 
-def task_examples(task: Task, seed: int = 0, scale: float = 1.0, base: int = 10, eval_count: int = 1000, lengths=None):
+def task_examples(
+    task: Task, seed: int = 0, scale: float = 1.0, base: int = 10, eval_count: int = HELD_OUT_COUNT, lengths=None
+):
     """The examples of one task (by length), plus the lengths whose evaluation problems exhaust the space."""
     examples, overlapping = [], []
     for length, count in sample_counts(scale, lengths).items():
@@ -70,7 +79,7 @@ def task_examples(task: Task, seed: int = 0, scale: float = 1.0, base: int = 10,
     return examples, overlapping
 
 
-def build(task: Task, seed: int = 0, scale: float = 1.0, base: int = 10, eval_count: int = 1000):
+def build(task: Task, seed: int = 0, scale: float = 1.0, base: int = 10, eval_count: int = HELD_OUT_COUNT):
     """The fine-tuning set of one task as a shuffled ``datasets.Dataset``, plus the cells that overlap eval."""
     import datasets
 
@@ -83,7 +92,7 @@ def build_mixture(
     seed: int = 0,
     scale: float = 1.0,
     block: int = 1,
-    eval_count: int = 1000,
+    eval_count: int = HELD_OUT_COUNT,
     lengths: Sequence[int] | None = None,
 ):
     """The fine-tuning sets of several tasks, shuffled together in blocks of ``block`` examples of one prompt
@@ -116,7 +125,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--tasks", type=name_list, default=["add", "iter_add:3", "mul"])
     parser.add_argument("--seed", type=SEED.arg, default=0)
     parser.add_argument("--scale", type=SCALE.arg, default=1.0, help="fraction of the paper's 60k samples per task")
-    parser.add_argument("--eval-count", type=SAMPLES.arg, default=1000, help="evaluation problems per cell to exclude")
+    parser.add_argument(
+        "--eval-count", type=SAMPLES.arg, default=HELD_OUT_COUNT, help="evaluation problems per cell to exclude"
+    )
     parser.add_argument("--out", type=output_dir, default=Path("data/finetune"))
     args = parser.parse_args(argv)
     tasks = [check_task(parse_task(label)) for label in args.tasks]

@@ -15,6 +15,7 @@ from pydantic import ConfigDict, Field, ValidationError
 
 from harness.configfiles import StrictModel, validation_message
 from harness.errors import UserError
+from harness.problems import HELD_OUT_COUNT, TRAINING_LENGTHS
 
 # The W4A16 precision each calibration method makes (harness.quantize --method METHOD).
 W4_PRECISIONS = {"gptq": "gptq-w4", "awq": "awq-w4"}
@@ -154,8 +155,8 @@ def held_out(name: str) -> HeldOut | None:
     data = (yaml.safe_load(record.read_text()) or {}).get("data", {})
     return HeldOut(
         seed=int(data.get("seed", 0)),
-        count=int(data.get("eval_count", 1000)),  # finetune.data's default
-        lengths=tuple(data.get("lengths", range(1, 10))),
+        count=int(data.get("eval_count", HELD_OUT_COUNT)),  # finetune.data's defaults
+        lengths=tuple(data.get("lengths", TRAINING_LENGTHS)),
     )
 
 

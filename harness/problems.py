@@ -236,6 +236,12 @@ if __name__ == "__main__":
     run(main)
 
 
+# Data a model learns from (finetune/data.py) or is calibrated on (harness/quantize.py) keeps out each cell's first
+# HELD_OUT_COUNT evaluation problems, at the operand lengths it is drawn at (TRAINING_LENGTHS, the paper's 1-9).
+HELD_OUT_COUNT = 1000
+TRAINING_LENGTHS = range(1, 10)
+
+
 def heldout_problems(
     task: Task, base: int, length: int, count: int, seed: int, eval_count: int, stream: str
 ) -> tuple[list[Problem], bool]:

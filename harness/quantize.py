@@ -38,7 +38,7 @@ from harness.errors import UserError
 from harness.files import follow_umask
 from harness.lock import DirectoryLock
 from harness.models import W4_PRECISIONS, ModelSpec, get_model, get_precision
-from harness.problems import heldout_problems, parse_task
+from harness.problems import HELD_OUT_COUNT, TRAINING_LENGTHS, heldout_problems, parse_task
 from harness.prompts import user_message
 from harness.weights import check_unquantized, quantized_dir, resolve_weights
 
@@ -53,11 +53,13 @@ CALIBRATION = Bound(1, 16_384, "llm-compressor's AWQ/GPTQ recipes calibrate on 1
 def calibration_texts(tokenizer, count: int, seed: int) -> list[str]:
     """Chat-formatted prompt + correct answer, spread over tasks and operand lengths 1-9."""
     texts: list[str] = []
-    cells = [(task, length) for task in CALIBRATION_TASKS for length in range(1, 10)]
+    cells = [(task, length) for task in CALIBRATION_TASKS for length in TRAINING_LENGTHS]
     per_cell = -(-count // len(cells))
     for label, length in cells:
         task = parse_task(label)
-        problems, _ = heldout_problems(task, 10, length, per_cell, seed, eval_count=1000, stream="calibration")
+        problems, _ = heldout_problems(
+            task, 10, length, per_cell, seed, eval_count=HELD_OUT_COUNT, stream="calibration"
+        )
         for problem in problems:
             messages = [
                 {"role": "user", "content": user_message(problem)},
