@@ -16,7 +16,7 @@ from harness.configfiles import Lengths, Names, StrictModel, load_yaml_model
 from harness.errors import UserError
 from harness.models import get_model, precision_registry
 from harness.problems import BASE, Task, check_cell_bounds, parse_task
-from harness.prompts import prompt_deviations
+from harness.prompts import PROMPT_STYLES, prompt_deviations
 
 DEFAULT_RUNS = Path("runs") / "eval"  # relative to the working directory; runs/ is in .gitignore
 
@@ -107,7 +107,7 @@ class EvalConfig(StrictModel):
         Field(description="run the grid once per seed (each draws its own problems), e.g. 0,1,2; pooled over seeds"),
     ] = None
     prompt: Annotated[
-        Literal["few-shot", "zero-shot", "cot"],
+        Literal[tuple(PROMPT_STYLES)],
         Field(description="few-shot (the paper's), zero-shot (an instruction) or cot (reason step by step first)"),
     ] = "few-shot"
     answer: Annotated[
@@ -121,7 +121,7 @@ class EvalConfig(StrictModel):
         int | None, MAX_NEW_TOKENS.field, Field(description="free-form: the token budget of every problem (512)")
     ] = None
     think_end: Annotated[str, Field(min_length=1, description="free-form: where a thinking block ends (</think>)")] = (
-        "</think>"
+        FreeForm.think_end
     )
     thinking: Annotated[
         Literal["auto", "on", "off"],
@@ -251,7 +251,7 @@ class RunSpec:
     prompt: str = "few-shot"
     answer_name: str = "first-line"
     max_new_tokens: int | None = None
-    think_end: str = "</think>"
+    think_end: str = FreeForm.think_end
     thinking: str = "auto"
     extra: dict = field(default_factory=dict)
 
@@ -380,7 +380,9 @@ def build_spec(
     )
     if settings.get("seed") is not None and settings.get("seeds") is not None:
         raise UserError("--seed and --seeds both given: --seeds 0,1,2 runs several, --seed 3 one; give one")
-    if spec.answer_name != "free-form" and (merged.max_new_tokens is not None or merged.think_end != "</think>"):
+    if spec.answer_name != "free-form" and (
+        merged.max_new_tokens is not None or merged.think_end != FreeForm.think_end
+    ):
         flag = "--max-new-tokens" if merged.max_new_tokens is not None else "--think-end"
         raise UserError(f"{flag} sets the budget or thinking of free-form answers; add --answer free-form")
     for task, task_lengths in spec.grid:

@@ -34,7 +34,7 @@ from harness.files import atomic_write_text
 from harness.lock import DirectoryLock
 from harness.models import get_model
 from harness.problems import Task, generate
-from harness.prompts import user_message
+from harness.prompts import PROMPT_STYLES, user_message
 from harness.scoring import Extraction, is_correct, judge
 from harness.weights import resolve_weights
 
@@ -162,7 +162,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--lengths", type=int_list, help="operand lengths for every task, e.g. 1-3")
     parser.add_argument("--samples", type=SAMPLES.arg, help="problems per cell (default: the config's)")
     parser.add_argument("--seed", type=SEED.arg, help="the problems' seed (default: the config's)")
-    parser.add_argument("--prompt", choices=("few-shot", "zero-shot", "cot"), help="prompt style (default few-shot)")
+    parser.add_argument("--prompt", choices=tuple(PROMPT_STYLES), help="prompt style (default few-shot)")
     parser.add_argument("--model", default="smollm2", help="whose tokenizer counts each cell's budget")
     args = parser.parse_args(argv)
     config_name, config = load_config(args.config)
