@@ -34,7 +34,7 @@ from harness.errors import UserError, one_line
 from harness.files import follow_umask, read_json
 from harness.lock import DirectoryLock
 from harness.machine import describe
-from harness.trackers import Trackers, add_report_to_flag
+from harness.trackers import Trackers, add_report_to_flag, check_folders
 
 # A tiny model is for tests and smoke runs; real models come from the registry or model_path.
 WIDTH = Annotated[int, Bound(1, 4096, "a tiny model; give a real one as model or model_path").field]
@@ -55,6 +55,12 @@ class TinyModel(StrictModel):
         if self.hidden_size % self.num_attention_heads:
             raise ValueError(
                 f"num_attention_heads {self.num_attention_heads} must divide hidden_size {self.hidden_size}"
+            )
+        head = self.hidden_size // self.num_attention_heads
+        if head % 2:  # rotary position embeddings turn pairs of a head's dimensions
+            raise ValueError(
+                f"hidden_size {self.hidden_size} / num_attention_heads {self.num_attention_heads} gives heads of "
+                f"{head} dimensions; rotary position embeddings need an even number"
             )
         if self.num_attention_heads % self.num_key_value_heads:
             raise ValueError(
@@ -294,6 +300,37 @@ def base_weights(config: FinetuneConfig, out: Path) -> str:
             while not (target / "model.safetensors").is_file():
                 time.sleep(0.2)
     return str(target)
+
+
+def check_lora_targets(config: FinetuneConfig) -> None:
+    """LoRA's target_modules must name modules of the model: checked against its architecture (built on the meta
+    device, no weights) before anything is written, where peft would refuse only after the base model was made."""
+    targets = config.lora.target_modules
+    if targets == "all-linear":
+        return
+    import torch
+    from peft import LoraConfig
+    from peft.tuners.tuners_utils import check_target_module_exists
+    from transformers import AutoConfig, AutoModelForCausalLM, LlamaConfig
+
+    from harness.models import get_model
+    from harness.weights import resolve_weights
+
+    if config.tiny is not None:
+        architecture = LlamaConfig(**config.tiny.model_dump())
+    else:
+        architecture = AutoConfig.from_pretrained(resolve_weights(get_model(config.model), config.model_path))
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(architecture)
+    lora = LoraConfig(target_modules=targets, task_type="CAUSAL_LM")
+    if not any(check_target_module_exists(lora, name) for name, _ in model.named_modules()):
+        linear = sorted(
+            {name.rsplit(".", 1)[-1] for name, m in model.named_modules() if isinstance(m, torch.nn.Linear)}
+        )
+        raise UserError(
+            f"lora.target_modules {targets!r} names no module of {config.model}; its linear layers are "
+            f"{', '.join(linear)} (or write all-linear)"
+        )
 
 
 def load_model(config: FinetuneConfig, weights: str):
@@ -549,6 +586,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"{model.name} is trained on a CUDA GPU and this machine has none; use "
             "finetune/configs/cpu_smoke.yaml here, or submit finetune/slurm/train.sbatch"
         )
+    check_lora_targets(config)
+    check_folders(args.report_to, args.out)
     # One writer per --out; under DDP the main process holds it for all of the run's processes.
     lock = DirectoryLock(args.out, command_line("finetune.train", argv)) if is_main_process() else None
     try:

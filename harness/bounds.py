@@ -116,8 +116,10 @@ def unique(values: Sequence[Any], what: str, error: type[Exception] = UserError)
 def parse_int_list(text: str) -> list[int]:
     """'1,2,5-7' -> [1, 2, 5, 6, 7]; ValueError on anything else (or on a repeated entry)."""
     values: list[int] = []
-    for part in text.split(","):
-        part = part.strip()
+    parts = [part.strip() for part in text.split(",")]
+    if any(parts) and not all(parts):  # "0,,1": a value left out, not a list of two
+        raise ValueError(f"'{text}' has an empty entry; write the list without it, like 1,2,3")
+    for part in parts:
         if not part:
             continue
         dash = part.find("-", 1)  # a leading '-' is a sign, not a range

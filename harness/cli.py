@@ -127,8 +127,11 @@ def utf8(text: str) -> str:
 def input_path(text: str) -> Path:
     """argparse type: an existing file or directory."""
     path = Path(utf8(text))
-    if not path.exists():
-        raise argparse.ArgumentTypeError(f"{path} does not exist")
+    try:
+        if not path.exists():
+            raise argparse.ArgumentTypeError(f"{path} does not exist")
+    except OSError as err:  # a directory on the way that this user cannot look into
+        raise argparse.ArgumentTypeError(f"cannot look at {path}: {err.strerror}") from None
     return path
 
 

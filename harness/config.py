@@ -142,7 +142,9 @@ class EvalConfig(StrictModel):
         AfterValidator(_api_bases),
         Field(description="the server's base URL(s), comma-separated replicas (http://host:port/v1)"),
     ] = None
-    api_model: Annotated[str | None, Field(description="the model name the server serves it under")] = None
+    api_model: Annotated[str | None, Field(min_length=1, description="the model name the server serves it under")] = (
+        None
+    )
     api_endpoint: Annotated[
         Literal["completions", "chat"],
         Field(description="completions (this model's chat template applied here) or chat (the server's template)"),
@@ -209,6 +211,8 @@ def _flag_parser(adapter: TypeAdapter, name: str):
             message = problem["msg"].removeprefix("Value error, ")
             if problem["type"] in ("int_parsing", "int_from_float"):
                 message = f"'{text}' is not an integer"
+            elif problem["type"] == "string_too_short":
+                message = "empty; give a value"
             elif problem["type"] == "literal_error":
                 message = f"invalid choice: '{text}' ({problem['msg'].removeprefix('Input ')})"
             raise argparse.ArgumentTypeError(message) from None
@@ -380,10 +384,14 @@ def build_spec(
     )
     if settings.get("seed") is not None and settings.get("seeds") is not None:
         raise UserError("--seed and --seeds both given: --seeds 0,1,2 runs several, --seed 3 one; give one")
-    if spec.answer_name != "free-form" and (
-        merged.max_new_tokens is not None or merged.think_end != FreeForm.think_end
-    ):
-        flag = "--max-new-tokens" if merged.max_new_tokens is not None else "--think-end"
+    # given at all, by a flag or the config, even at its default value: first-line answers have no budget or thinking
+    free_form_only = [
+        name
+        for name in ("max_new_tokens", "think_end")
+        if settings.get(name) is not None or name in config.model_fields_set
+    ]
+    if spec.answer_name != "free-form" and free_form_only:
+        flag = "--" + free_form_only[0].replace("_", "-")
         raise UserError(f"{flag} sets the budget or thinking of free-form answers; add --answer free-form")
     for task, task_lengths in spec.grid:
         for length in task_lengths:

@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from harness.cli import ArgParser, input_path, run
+from harness.errors import UserError
 from harness.files import read_json
 from harness.finished import read_samples
 from harness.machine import differences
@@ -108,8 +109,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("first", type=input_path, help="a run directory written by harness.eval")
     parser.add_argument("second", type=input_path, help="another one")
     args = parser.parse_args(argv)
-    notes = machine_notes(args.first, args.second)
-    for line in compare(by_problem(args.first), by_problem(args.second), notes=notes):
+    first, second = by_problem(args.first), by_problem(args.second)  # each checked, or one line saying why not
+    try:
+        notes = machine_notes(args.first, args.second)
+    except OSError as err:  # it only reads: a file it cannot is the user's to open up
+        raise UserError(f"cannot read {err.filename}: {err.strerror}; fix its permissions") from None
+    for line in compare(first, second, notes=notes):
         print(line)
     return 0
 

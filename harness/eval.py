@@ -20,14 +20,14 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from harness.backends import Sampling, backend_for, row_seeds
+from harness.backends import Sampling, backend_for, check_thinking_switch, row_seeds
 from harness.backends.api import Endpoint
 from harness.cli import ArgParser, input_path, int_list, name_list, output_dir, run, utf8
 from harness.config import SETTINGS, RunSpec, add_setting_flags, build_spec, load_config
 from harness.errors import UserError
 from harness.evidence import sample_digest
 from harness.machine import describe
-from harness.models import EndpointSource, ModelSpec, PrecisionSpec, get_model, get_precision, held_out
+from harness.models import EndpointSource, ModelSpec, PrecisionSpec, get_model, get_precision, held_out, tokenizer_model
 from harness.parallel import Processes
 from harness.problems import Task, generate
 from harness.prompts import template_name, user_message
@@ -35,7 +35,7 @@ from harness.report import write_reports
 from harness.results import CellResult, cell_key
 from harness.rundir import RunDir
 from harness.scoring import is_correct, judge, wilson_interval
-from harness.trackers import WRITES, Trackers, add_report_to_flag
+from harness.trackers import WRITES, Trackers, add_report_to_flag, check_folders
 from harness.weights import (
     check_adapter_dir,
     check_hardware,
@@ -111,7 +111,19 @@ def plan_variants(spec: RunSpec) -> list[Variant]:
                 Path(spec.adapter), (lambda m=model: resolve_weights(m, spec.model_path)) if local else None
             )
         variants.append(Variant(model, precision, spec.adapter, backend))
+    for name in dict.fromkeys(variant.model.name for variant in variants if variant.backend != "api"):
+        check_thinking_before_loading(get_model(name), spec)
     return variants
+
+
+def check_thinking_before_loading(owner: ModelSpec, spec: RunSpec) -> None:
+    """--thinking against the chat template that will wrap the prompts (``owner``'s tokenizer), read before any
+    model loads; a .gguf of the user's is checked when it loads."""
+    if spec.thinking == "auto" or (spec.model_path or "").endswith(".gguf"):
+        return
+    from transformers import AutoTokenizer
+
+    check_thinking_switch(AutoTokenizer.from_pretrained(resolve_weights(owner, spec.model_path)), spec.thinking)
 
 
 def plan_served(model: ModelSpec, precision: PrecisionSpec, spec: RunSpec) -> Variant:
@@ -132,6 +144,7 @@ def plan_served(model: ModelSpec, precision: PrecisionSpec, spec: RunSpec) -> Va
                 "--model-path DIR with it, or use --api-endpoint chat (the server's template)"
             )
         check_weights(local, spec.model_path)
+        check_thinking_before_loading(local, spec)
     endpoint = Endpoint(
         parse_bases(spec.api_base or (source.base if source else "")),
         spec.api_model or (source.model if source else model.name),
@@ -150,14 +163,6 @@ def plan_served(model: ModelSpec, precision: PrecisionSpec, spec: RunSpec) -> Va
 def journal_path(spec: RunSpec) -> Path:
     """A served run's responses.jsonl, in its run directory."""
     return Path(spec.out or spec.default_out()) / "responses.jsonl"
-
-
-def tokenizer_model(model: ModelSpec) -> ModelSpec | None:
-    """The registry model whose tokenizer (and chat template) a served model's prompts are made with: a served
-    entry's ``tokenizer``, or the model itself when it is a local one."""
-    if not isinstance(model.source, EndpointSource):
-        return model
-    return get_model(model.source.tokenizer) if model.source.tokenizer else None
 
 
 @dataclass
@@ -432,7 +437,9 @@ def evaluate(spec: RunSpec, command: str, load=load_variant) -> RunDir | None:
     variants = plan_variants(spec)
     processes = Processes()
     out = spec.out or spec.default_out()
-    run_dir = RunDir(out, spec.identity, command, spec.describe()) if processes.is_main else None
+    # the series planned, as they are named in rows: a reader of the run tells a finished run from a stopped one
+    planned = {**spec.describe(), "series": [[v.model.name, v.precision.name, v.adapter or ""] for v in variants]}
+    run_dir = RunDir(out, spec.identity, command, planned) if processes.is_main else None
     for repair in run_dir.repairs if run_dir else []:
         print(f"repaired {out}: {repair}", file=sys.stderr)
     done = processes.share(run_dir.done if run_dir else None)
@@ -588,6 +595,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         out=args.out,
         **{name: getattr(args, name) for name in SETTINGS},
     )
+    check_folders(args.report_to, spec.out or spec.default_out())
     command = "python -m harness.eval " + shlex.join(sys.argv[1:] if argv is None else list(argv))
     started = time.perf_counter()
     run_dir = evaluate(spec, command.strip())

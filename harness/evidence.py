@@ -40,6 +40,17 @@ def sample_digest(sample: dict) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
 
 
+# What an invocation's digest covers in run.json: what it ran and where (notes added while it ran are not).
+INVOCATION = ("command", "spec", "pid", "host", "started")
+
+
+def invocation_digest(entry: dict) -> str:
+    """16 hex digits of SHA-256 over an invocation record's INVOCATION fields, canonical JSON: a command or setting
+    edited by hand in run.json no longer matches."""
+    text = json.dumps({name: entry.get(name) for name in INVOCATION}, sort_keys=True, ensure_ascii=False)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
+
+
 @dataclass
 class CellCheck:
     status: str  # ok | rewritten | untrusted

@@ -17,8 +17,8 @@ from pathlib import Path
 
 from harness.cli import ArgParser, command_line, input_path, output_dir, run
 from harness.files import atomic_write_text
-from harness.finished import FinishedRun, read_run
-from harness.lock import DirectoryLock
+from harness.finished import FinishedRun, read_finished
+from harness.outputs import check_out_dir, staged_dir
 
 CARD = """---
 configs:
@@ -101,9 +101,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("run", type=input_path, help="a run directory written by harness.eval (or harness.report)")
     parser.add_argument("--out", type=output_dir, required=True, help="the dataset directory to write")
     args = parser.parse_args(argv)
-    finished = read_run(args.run)
-    with DirectoryLock(args.out, command_line("harness.export", argv)):
-        written = export(finished, args.out)
+    check_out_dir(args.out, [args.run], "harness.export")
+    finished = read_finished(args.run)
+    command = command_line("harness.export", argv)
+    with staged_dir(args.out, "harness.export", command) as stage:
+        written = export(finished, stage)
     print(f"wrote {args.out}/ ({', '.join(path.name for path in written)})")
     return 0
 

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from harness.errors import UserError
-from harness.finished import FinishedRun
+from harness.finished import FinishedRun, invocations
 from harness.results import CellKey, CellResult, Sample
 
 
@@ -97,7 +97,8 @@ def merge(runs: Sequence[FinishedRun]) -> tuple[list[CellResult], list[Sample], 
     for run in runs:
         machines.update(run.record.get("machines", {}))
     record = {
-        "merged_from": [{"path": str(run.path), "invocations": run.record.get("invocations", [])} for run in runs],
+        # a merged source's own sources' commands too: each as recorded, with its digest
+        "merged_from": [{"path": str(run.path), "invocations": invocations(run.record)} for run in runs],
         "machines": machines,
     }
     return rows, samples, record

@@ -167,6 +167,14 @@ def get_model(name: str) -> ModelSpec:
     return models[name]
 
 
+def tokenizer_model(model: ModelSpec) -> ModelSpec | None:
+    """The registry model whose tokenizer (and chat template) a served model's prompts are made with: a served
+    entry's ``tokenizer``, or the model itself when it is a local one."""
+    if not isinstance(model.source, EndpointSource):
+        return model
+    return get_model(model.source.tokenizer) if model.source.tokenizer else None
+
+
 def get_precision(model: ModelSpec, name: str) -> PrecisionSpec:
     precisions = precision_registry()
     if name not in precisions:

@@ -26,18 +26,18 @@ import yaml
 from harness.anatomy import AnatomyRow, anatomy_csv, anatomy_markdown, anatomy_plot_png, anatomy_rows
 from harness.cli import ArgParser, command_line, input_path, output_dir, run
 from harness.compare import Comparison, comparisons_csv, comparisons_markdown, paired_comparisons
-from harness.errors import UserError
+from harness.evidence import invocation_digest
 from harness.figures import accuracy_axes, figure_png
 from harness.files import atomic_write_bytes, atomic_write_text
-from harness.finished import FinishedRun, read_run
+from harness.finished import FinishedRun, read_finished
 from harness.lengths import LengthComparison, lengths_csv, lengths_markdown, lengths_plot_png, paired_lengths
-from harness.lock import DirectoryLock
 from harness.merge import merge
 from harness.models import held_out
+from harness.outputs import check_out_dir, staged_dir
 from harness.problems import parse_task
 from harness.prompts import prompt_deviations
 from harness.results import CellKey, CellResult, Sample, results_csv_text, slim
-from harness.rundir import sample_line
+from harness.rundir import sample_line, where_and_when
 from harness.scoring import wilson_interval
 
 BASE_10_ONLY = 10  # the paper's reference table is base 10
@@ -383,16 +383,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("runs", nargs="+", type=input_path, help="finished run directories (harness.eval's)")
     parser.add_argument("--out", type=output_dir, required=True, help="a new directory for the merged report")
     args = parser.parse_args(argv)
-    if (args.out / "results.csv").exists():
-        raise UserError(f"{args.out} already holds a run; give --out a new directory")
-    rows, samples, record = merge([read_run(path) for path in args.runs])
+    check_out_dir(args.out, args.runs, "harness.report")
+    rows, samples, record = merge([read_finished(path) for path in args.runs])
     command = command_line("harness.report", argv)
-    merged = FinishedRun(args.out, rows, samples, {**record, "invocations": [{"command": command}]})
-    with DirectoryLock(args.out, command):
-        atomic_write_text(args.out / "results.csv", results_csv_text(rows))
-        atomic_write_text(args.out / "samples.jsonl", "".join(sample_line(sample) for sample in samples))
-        atomic_write_text(args.out / "run.json", json.dumps(merged.record, indent=2) + "\n")
-        write_reports(args.out, rows, merged.commands, [slim(sample) for sample in samples])
+    own = {"command": command, "spec": {"runs": [str(path) for path in args.runs]}, **where_and_when()}
+    own["digest"] = invocation_digest(own)
+    merged = FinishedRun(args.out, rows, samples, {**record, "invocations": [own], "invocation_digests": True})
+    with staged_dir(args.out, "harness.report", command) as stage:
+        atomic_write_text(stage / "results.csv", results_csv_text(rows))
+        atomic_write_text(stage / "samples.jsonl", "".join(sample_line(sample) for sample in samples))
+        atomic_write_text(stage / "run.json", json.dumps(merged.record, indent=2) + "\n")
+        write_reports(stage, rows, merged.commands, [slim(sample) for sample in samples])
     series = len({row.key.series for row in rows})
     print(f"wrote {args.out}/ ({len(rows)} rows of {series} series from {len(args.runs)} runs; summary.md)")
     return 0

@@ -12,31 +12,14 @@ directory is locked as harness.eval locks it.
 
 from __future__ import annotations
 
-import shlex
 import sys
 from collections.abc import Sequence
-from pathlib import Path
 
 from harness.cli import ArgParser, command_line, input_path, run
 from harness.errors import UserError
 from harness.files import read_json
 from harness.report import write_reports
-from harness.rundir import RunDir, recorded_identity
-
-
-def eval_into(command: str, directory: Path) -> str:
-    """A recorded harness.eval command, writing into ``directory``: the run may have been moved or copied since, and
-    its recorded --out names another place."""
-    words = shlex.split(command)
-    kept, skip = [], False
-    for word in words:
-        if skip:
-            skip = False
-        elif word == "--out":
-            skip = True
-        elif not word.startswith("--out="):
-            kept.append(word)
-    return shlex.join([*kept, "--out", str(directory)])
+from harness.rundir import RunDir, eval_into, recorded_identity
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -15,12 +15,13 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import socket
 import time
 from pathlib import Path
 
 from harness.errors import UserError
-from harness.evidence import check_cell_evidence, sample_digest
+from harness.evidence import check_cell_evidence, invocation_digest, sample_digest
 from harness.files import append_lines, atomic_write_bytes, atomic_write_text, check_regular_file
 from harness.lock import DirectoryLock
 from harness.machine import library_versions, machine_id
@@ -54,6 +55,62 @@ def recorded_identity(recorded: dict) -> dict:
 
 def sample_line(sample: Sample) -> str:
     return json.dumps(sample, ensure_ascii=False) + "\n"
+
+
+def record_problem(meta) -> str | None:
+    """What makes ``meta`` (run.json's content) other than numprec's run record, in words, or None: its
+    invocations (each a command, its settings and digest), identity, sources (a merged run's) and machines must have
+    their shapes."""
+    if not isinstance(meta, dict):
+        return f"it holds a JSON {type(meta).__name__}, not an object"
+    problem = _invocations_problem(meta.get("invocations", []), "invocations")
+    if problem:
+        return problem
+    if not isinstance(meta.get("identity", {}), dict):
+        return "identity is not an object"
+    sources = meta.get("merged_from", [])
+    if not isinstance(sources, list) or not all(
+        isinstance(s, dict) and isinstance(s.get("path"), str) for s in sources
+    ):
+        return "merged_from is not a list of runs"
+    for number, source in enumerate(sources, 1):
+        problem = _invocations_problem(source.get("invocations", []), f"merged_from {number}'s invocations")
+        if problem:
+            return problem
+    if not isinstance(meta.get("machines", {}), dict):
+        return "machines is not an object"
+    return None
+
+
+def _invocations_problem(invocations, where: str) -> str | None:
+    if not isinstance(invocations, list):
+        return f"{where} is a {type(invocations).__name__}, not a list"
+    for number, entry in enumerate(invocations, 1):
+        if not isinstance(entry, dict) or not isinstance(entry.get("command"), str):
+            return f"{where} entry {number} names no command"
+        if not isinstance(entry.get("spec", {}), dict) or not isinstance(entry.get("digest", ""), str):
+            return f"{where} entry {number} has settings or a digest of the wrong kind"
+    return None
+
+
+def where_and_when() -> dict:
+    """The process, host and start of an invocation, for its record (they name a lock's holder too)."""
+    return {"pid": os.getpid(), "host": socket.gethostname(), "started": time.strftime("%Y-%m-%d %H:%M:%S")}
+
+
+def eval_into(command: str, directory: Path) -> str:
+    """A recorded harness.eval command, writing into ``directory``: the run may have been moved or copied since, and
+    its recorded --out names another place."""
+    words = shlex.split(command)
+    kept, skip = [], False
+    for word in words:
+        if skip:
+            skip = False
+        elif word == "--out":
+            skip = True
+        elif not word.startswith("--out="):
+            kept.append(word)
+    return shlex.join([*kept, "--out", str(directory)])
 
 
 class RunDir:
@@ -90,17 +147,13 @@ class RunDir:
         self._reconcile(recompute, damaged_rows)
         history = self._meta().get("invocations", [])
         # pid, host and start name the holder to a second process that finds the directory locked
-        history.append(
-            {
-                "command": command,
-                "spec": spec,
-                "pid": os.getpid(),
-                "host": socket.gethostname(),
-                "started": time.strftime("%Y-%m-%d %H:%M:%S"),
-            }
-        )
+        history.append({"command": command, "spec": spec, **where_and_when()})
+        # Each invocation carries a digest of what it ran (one recorded before digests were is given one now, as
+        # samples are): a command or setting edited by hand no longer matches (harness/finished.py checks).
+        history = [entry if "digest" in entry else {**entry, "digest": invocation_digest(entry)} for entry in history]
         meta = {**self._meta(), "identity": identity, "invocations": history, "versions": library_versions()}
         meta["sample_digests"] = True  # every sample here carries one: a sample without is an edited one
+        meta["invocation_digests"] = True  # likewise every invocation
         atomic_write_text(self.meta_path, json.dumps(meta, indent=2) + "\n")
 
     def close(self) -> None:
@@ -127,11 +180,7 @@ class RunDir:
             meta = None
         except OSError as err:
             raise UserError(f"cannot read {self.meta_path}: {err.strerror}; fix it, or choose another --out") from None
-        invocations = meta.get("invocations", []) if isinstance(meta, dict) else None
-        readable = isinstance(invocations, list) and all(
-            isinstance(entry, dict) and isinstance(entry.get("command"), str) for entry in invocations
-        )
-        if not readable or not isinstance(meta.get("identity", {}), dict):
+        if meta is None or record_problem(meta):
             raise UserError(
                 f"{self.meta_path} is damaged (not numprec's run record); remove it (results.csv and samples.jsonl "
                 "are checked on their own) or choose another --out"

@@ -30,9 +30,10 @@ from harness.answers import FIRST_LINE, AnswerMode
 from harness.bounds import SAMPLES, SEED
 from harness.cli import ArgParser, command_line, int_list, name_list, output_dir, run
 from harness.config import build_spec, load_config
+from harness.errors import UserError
 from harness.files import atomic_write_text
-from harness.lock import DirectoryLock
-from harness.models import get_model
+from harness.models import get_model, tokenizer_model
+from harness.outputs import check_out_dir, staged_dir
 from harness.problems import Task, generate
 from harness.prompts import PROMPT_STYLES, user_message
 from harness.scoring import Extraction, is_correct, judge
@@ -98,7 +99,13 @@ def cell_documents(task: Task, base: int, length: int, samples: int, seed: int, 
 def _tokenizer(model: str):
     from transformers import AutoTokenizer
 
-    return AutoTokenizer.from_pretrained(resolve_weights(get_model(model)))
+    owner = tokenizer_model(get_model(model))
+    if owner is None:
+        raise UserError(
+            f"{model} is served elsewhere and its registry entry names no tokenizer to count budgets with; pass "
+            "--model with the local model it serves (or add tokenizer: to its entry in harness/models.yaml)"
+        )
+    return AutoTokenizer.from_pretrained(resolve_weights(owner))
 
 
 def cell_budget(task: Task, base: int, length: int, model: str = "smollm2", answer: AnswerMode = FIRST_LINE) -> int:
@@ -108,8 +115,9 @@ def cell_budget(task: Task, base: int, length: int, model: str = "smollm2", answ
     return answer.budget(task, base, length, lambda text: len(tokenizer(text, add_special_tokens=False)["input_ids"]))
 
 
-def write_lm_eval(out: Path, grid, base: int, samples: int, seed: int, style: str, budget_of) -> list[str]:
-    """The group's files in ``out``; returns the task names."""
+def write_lm_eval(out: Path, grid, base: int, samples: int, seed: int, style: str, budget_of, final: Path) -> list[str]:
+    """The group's files in ``out``, where they are built, naming their data files where they will be, under
+    ``final``; returns the task names."""
     version = numprec_version()
     (out / "data").mkdir(parents=True, exist_ok=True)
     names = []
@@ -122,7 +130,7 @@ def write_lm_eval(out: Path, grid, base: int, samples: int, seed: int, style: st
             config = {
                 "task": name,
                 "dataset_path": "json",
-                "dataset_kwargs": {"data_files": {"test": str(data.resolve())}},
+                "dataset_kwargs": {"data_files": {"test": str(final.resolve() / "data" / data.name)}},
                 "test_split": "test",
                 "output_type": "generate_until",
                 "num_fewshot": 0,
@@ -165,6 +173,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--prompt", choices=tuple(PROMPT_STYLES), help="prompt style (default few-shot)")
     parser.add_argument("--model", default="smollm2", help="whose tokenizer counts each cell's budget")
     args = parser.parse_args(argv)
+    check_out_dir(args.out, [], "harness.tasks")
     config_name, config = load_config(args.config)
     settings = {"samples": args.samples, "seed": args.seed, "prompt": args.prompt}
     spec = build_spec(
@@ -172,11 +181,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         **{name: value for name, value in settings.items() if value is not None},
     )  # fmt: skip
 
-    def budget_of(task: Task, length: int) -> int:
-        return cell_budget(task, spec.base, length, args.model, spec.answer)
-
-    with DirectoryLock(args.out, command_line("harness.tasks", argv)):
-        names = write_lm_eval(args.out, spec.grid, spec.base, spec.samples, spec.seed, spec.prompt, budget_of)
+    # every budget first (the tokenizer loaded, or its absence said) before anything is written
+    budgets = {
+        (task.label, length): cell_budget(task, spec.base, length, args.model, spec.answer)
+        for task, lengths in spec.grid
+        for length in lengths
+    }
+    command = command_line("harness.tasks", argv)
+    with staged_dir(args.out, "harness.tasks", command) as stage:
+        names = write_lm_eval(
+            stage, spec.grid, spec.base, spec.samples, spec.seed, spec.prompt,
+            lambda task, length: budgets[(task.label, length)], args.out,
+        )  # fmt: skip
     print(
         f"wrote {args.out}/ (group {GROUP}: {len(names)} tasks of {spec.samples} problems, seed {spec.seed}); run:\n"
         f"lm_eval --model hf --model_args pretrained=MODEL_DIR --apply_chat_template --include_path {args.out} "

@@ -47,6 +47,17 @@ def add_report_to_flag(parser) -> None:
     )
 
 
+def check_folders(names: Sequence[str], directory: Path) -> None:
+    """Where each tracker writes under the run directory must be a folder or nothing: checked before any work (a
+    file there would stop harness.eval's logging after the whole grid ran)."""
+    for name in names:
+        path = Path(directory) / WRITES[name]
+        if path.exists() and not path.is_dir():
+            raise UserError(
+                f"{path} is a file where --report-to {name} writes its folder; move it, or choose another --out"
+            )
+
+
 @contextmanager
 def said_only_if_verbose():
     """A tracker's own prints (banners, dashboard hints) kept off numprec's console unless --verbose."""
@@ -76,6 +87,7 @@ class Trackers:
 
     def __init__(self, names: Sequence[str], directory: Path, run_name: str, config: dict | None = None):
         self.names = list(names)
+        check_folders(self.names, directory)
         self._open: dict[str, object] = {}
         config = json.loads(json.dumps(config or {}, default=str))
         if "tensorboard" in self.names:

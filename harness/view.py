@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import html
 import json
+import sys
 from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
@@ -25,9 +26,11 @@ from harness.compare import SIGNIFICANCE, paired_comparisons
 from harness.files import atomic_write_text, writing_out
 from harness.finished import FinishedRun, read_run
 from harness.merge import merge
+from harness.outputs import check_out_file, clear_strays
 from harness.report import series_label, task_label
 from harness.results import CellKey
 
+MARK = b'<meta name="generator" content="numprec harness.view">'  # in view.html: a page harness.view may replace
 SAMPLE_FIELDS = ("index", "expression", "prompt", "output", "extracted", "rule", "gold", "correct", "truncated")
 
 
@@ -98,12 +101,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("runs", nargs="+", type=input_path, help="run directories (harness.eval's or harness.report's)")
     parser.add_argument("--out", type=output_file, required=True, help="the HTML file to write")
     args = parser.parse_args(argv)
+    check_out_file(args.out, args.runs, "harness.view", MARK)
     runs = [read_run(path) for path in args.runs]
     finished = runs[0] if len(runs) == 1 else FinishedRun(runs[0].path, *merge(runs))
+    unfinished = [run.unfinished() for run in runs if run.missing]
     title = " + ".join(path.name for path in args.runs)
-    page = page_html(page_data(title, finished))
+    page = page_html({**page_data(title, finished), "unfinished": unfinished})
+    clear_strays(args.out)
     with writing_out(args.out):
         atomic_write_text(args.out, page)
+    for note in unfinished:  # shown, with what is missing named (the page says it too)
+        print(f"note: {note}", file=sys.stderr)
     print(f"wrote {args.out} ({len(finished.rows)} cells, {len(finished.samples)} samples; open it in a browser)")
     return 0
 

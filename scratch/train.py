@@ -47,7 +47,7 @@ from harness.errors import UserError, one_line
 from harness.lock import DirectoryLock
 from harness.machine import describe
 from harness.problems import BASE, OPERANDS
-from harness.trackers import Trackers, add_report_to_flag
+from harness.trackers import Trackers, add_report_to_flag, check_folders
 from scratch.data import Arithmetic, Problems
 from scratch.model import GPT, GPTConfig, identity
 from scratch.numerics import (
@@ -603,6 +603,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     config = RunConfig.build(**args)
     if out:
         read_checkpoint(out / "checkpoint.pt", config)  # a checkpoint of another run is refused before any work
+    check_folders(report_to, out or Path("."))
     lock = DirectoryLock(out, command_line("scratch.train", argv)) if out else None
     trackers = Trackers(report_to, out, out.name, asdict(config)) if report_to else None
     try:

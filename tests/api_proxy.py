@@ -33,6 +33,7 @@ class FaultProxy:
         self.in_flight = 0
         self.refused = 0
         self.most_in_flight = 0
+        self.failed_at: float | None = None  # when a status fault was last answered (time.monotonic)
         self.lock = threading.Lock()
         proxy = self
 
@@ -87,6 +88,7 @@ class FaultProxy:
                     return
                 if fault and fault[0] == "status":
                     self.reply(fault[1], b'{"error": {"message": "injected"}}', fault[2])
+                    proxy.failed_at = time.monotonic()
                     return
                 if fault and fault[0] == "badjson":
                     self.reply(200, b'{"id": "x", "choices": [', {})

@@ -15,6 +15,7 @@ import signal
 import pytest
 
 from harness.cli import run
+from harness.outputs import RUN_FILES
 from harness.results import COLUMNS
 from harness.weights import gguf_file
 from tests.devices import without_cuda
@@ -65,6 +66,18 @@ EVAL = [
     ("seeds-repeated", ["--seeds", "0,0"], "lists 0 twice"),
     ("seeds-negative", ["--seeds", "1,-1"], "seed must be at least 0"),
     ("seeds-words", ["--seeds", "a,b"], "not a list of integers"),
+    ("seeds-empty-entry", ["--seeds", "0,,1"], "'0,,1' has an empty entry"),
+    ("lengths-trailing-comma", ["--lengths", "1,2,"], "has an empty entry"),
+    ("think-end-default-without-free-form", ["--think-end", "</think>"], "--think-end sets the budget or thinking"),
+    ("api-model-empty", ["--backend", "api", "--api-base", "http://127.0.0.1:9/v1", "--api-model", ""], "empty"),
+    ("api-base-port-out-of-range", ["--backend", "api", "--api-base", "http://127.0.0.1:99999/v1"], "not a TCP port"),
+    ("thinking-without-a-switch", [*OK_EVAL, "--precision", "fp32", "--thinking", "on"], "has no thinking switch"),
+    (
+        "tracker-folder-a-file",
+        [*OK_EVAL, "--out", "empty_dir", "--report-to", "tensorboard"],
+        "empty_dir/tensorboard is a file where --report-to tensorboard writes",
+        ("empty_dir/tensorboard", "a file\n"),
+    ),
     ("seeds-and-seed", ["--seeds", "0,1", "--seed", "3"], "--seed and --seeds both given"),
     ("budget-without-free-form", ["--max-new-tokens", "100"], "add --answer free-form"),
     ("think-end-without-free-form", ["--think-end", "</reasoning>"], "add --answer free-form"),
@@ -324,6 +337,13 @@ FINETUNE_TRAIN = [
         "tiny-heads", OK_FINETUNE + "tiny: {hidden_size: 64, num_attention_heads: 5}\n", "must divide hidden_size"
     ),
     finetune("tiny-kv-heads", OK_FINETUNE + "tiny: {num_attention_heads: 4, num_key_value_heads: 3}\n", "must divide"),
+    finetune("tiny-odd-head", OK_FINETUNE + "tiny: {hidden_size: 36, num_attention_heads: 4}\n", "an even number"),
+    finetune(
+        "lora-targets-nothing",
+        OK_FINETUNE
+        + "tiny: {}\ntrain: {logging_steps: 1, save_steps: 1}\nlora: {target_modules: [nonexistent_proj]}\n",
+        "names no module of smollm2; its linear layers are",
+    ),
     finetune("tiny-huge", OK_FINETUNE + "tiny: {hidden_size: 65536}\n", "tiny.hidden_size: must be at most 4,096"),
     finetune("tiny-layers-0", OK_FINETUNE + "tiny: {num_hidden_layers: 0}\n", "tiny.num_hidden_layers"),
     finetune("scale-0", "model: smollm2\ntask: add\ndata: {scale: 0}\n", "data.scale: must be greater than 0"),
@@ -592,17 +612,31 @@ def run_readers(out: str, *, several: bool) -> list[tuple]:
 
 VIEW = [
     *run_readers("page.html", several=True),
+    ("out-the-runs-file", [REFERENCE_RUN, "--out", REFERENCE_RUN + "/results.csv"], "is inside the run"),
+    ("out-inside-another-run", [REFERENCE_RUN, "--out", "run_csv_latin1/page.html"], "lies inside the run directory"),
+    ("out-a-users-file", [REFERENCE_RUN, "--out", "a_file"], "a_file exists and was not written by"),
+    ("invocations-a-string", ["run_invocations_string", "--out", "page.html"], "is damaged (invocations is a str"),
+    ("a-row-without-samples", ["run_rows_without_samples", "--out", "page.html"], "python -m harness.eval"),
     ("out-a-directory", [REFERENCE_RUN, "--out", "empty_dir"], "empty_dir is a directory; give a file name inside it"),
     ("out-unwritable", [REFERENCE_RUN, "--out", "/proc/page.html"], "cannot write /proc/page.html"),
 ]
 REPORT = [
     *run_readers("merged", several=True),
     ("out-a-file", [REFERENCE_RUN, "--out", "a_file"], "a_file is a file, not a directory"),
-    ("out-holds-a-run", [REFERENCE_RUN, "--out", "run_csv_latin1"], "already holds a run; give --out a new directory"),
+    ("out-holds-a-run", [REFERENCE_RUN, "--out", "run_csv_latin1"], "already holds a run (results.csv, run.json)"),
+    ("out-inside-an-input", [REFERENCE_RUN, "--out", REFERENCE_RUN + "/merged"], "is inside the run"),
+    ("out-holds-users-files", [REFERENCE_RUN, "--out", "model_dir"], "files python -m harness.report did not write"),
+    ("invocations-a-string", ["run_invocations_string", "--out", "merged"], "is damaged (invocations is a str"),
     ("out-unwritable", [REFERENCE_RUN, "--out", "/proc/merged"], "cannot use /proc/merged as an output directory"),
 ]
 EXPORT = [
     *run_readers("dataset", several=False),
+    ("out-the-run", [REFERENCE_RUN, "--out", REFERENCE_RUN], "is the run"),
+    ("out-another-run", [REFERENCE_RUN, "--out", "run_csv_latin1"], "already holds a run"),
+    ("out-holds-users-files", [REFERENCE_RUN, "--out", "model_dir"], "did not write (config.json)"),
+    ("out-parquet-a-directory", [REFERENCE_RUN, "--out", "parquet_dir"], "(results.parquet/)"),
+    ("invocations-a-string", ["run_invocations_string", "--out", "dataset"], "is damaged (invocations is a str"),
+    ("unfinished", ["run_rows_without_samples", "--out", "dataset"], "python -m harness.eval"),
     ("out-a-file", [REFERENCE_RUN, "--out", "a_file"], "a_file is a file, not a directory"),
     ("out-unwritable", [REFERENCE_RUN, "--out", "/proc/dataset"], "cannot use /proc/dataset as an output directory"),
 ]
@@ -624,6 +658,9 @@ TASKS = [
     ("model-unknown", [*LM_EVAL, "--model", "gpt-7"], "unknown model 'gpt-7'"),
     ("prompt-unknown", [*LM_EVAL, "--prompt", "two-shot"], "invalid choice: 'two-shot'"),
     ("abbreviated", ["--harn", "lm-eval", "--out", "tasks"], "--harn is not a flag; write it in full: --harness"),
+    ("out-inside-a-run", ["--harness", "lm-eval", "--out", "run_csv_latin1/tasks"], "lies inside the run directory"),
+    ("out-holds-users-files", ["--harness", "lm-eval", "--out", "model_dir"], "did not write (config.json)"),
+    ("served-without-tokenizer", [*LM_EVAL, "--model", "llama-served"], "names no tokenizer to count budgets"),
 ]
 
 
@@ -781,6 +818,14 @@ def make_damaged_inputs(root) -> None:
         "run_csv_foreign": {"results.csv": "name,score\nme,1\n"},
     }
     runs["bench_results_dir"] = {"results.json/": None}
+    runs["parquet_dir"] = {"results.parquet/": None}
+    reference = {name: (ROOT / "reports" / "quick-greedy-n40-seed0" / name).read_bytes() for name in RUN_FILES}
+    record = json.loads(reference["run.json"])
+    runs["run_invocations_string"] = {**reference, "run.json": json.dumps({**record, "invocations": "a run"})}
+    samples_kept = b"".join(
+        line for line in reference["samples.jsonl"].splitlines(keepends=True) if b'"length": 3' not in line
+    )
+    runs["run_rows_without_samples"] = {**reference, "samples.jsonl": samples_kept}
     snapshot = root / "ft_run" / "curve" / "samples-8"
     snapshot.mkdir(parents=True)
     (snapshot / "adapter_model.safetensors").write_bytes(b"")

@@ -75,6 +75,13 @@ class Shard:
 SINGLE_PROCESS = Shard()
 
 
+def check_thinking_switch(tokenizer, thinking: str) -> None:
+    """--thinking on|off needs a chat template with a thinking switch (enable_thinking, as Qwen3's has): one without
+    is refused in one line (the switch would silently do nothing)."""
+    if thinking != "auto" and "enable_thinking" not in (getattr(tokenizer, "chat_template", None) or ""):
+        raise UserError(f"--thinking {thinking}: this model's chat template has no thinking switch; drop --thinking")
+
+
 class ChatBackend:
     """What every backend shares: the model's own chat template and token counts, from its HF tokenizer, and the
     one batching and sharding loop (``generate``). A backend implements ``prepare`` (work shared by all prompts
@@ -129,10 +136,7 @@ class ChatBackend:
     def set_thinking(self, thinking: str) -> None:
         """--thinking on|off: where the model's chat template has a thinking switch (enable_thinking, as Qwen3's
         has), set it; a template without one is refused in one line (the switch would silently do nothing)."""
-        if thinking != "auto" and "enable_thinking" not in (getattr(self.tokenizer, "chat_template", None) or ""):
-            raise UserError(
-                f"--thinking {thinking}: this model's chat template has no thinking switch; drop --thinking"
-            )
+        check_thinking_switch(self.tokenizer, thinking)
         self.thinking = thinking
 
     def chat_prompt(self, user_message: str) -> str:

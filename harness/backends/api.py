@@ -17,16 +17,16 @@ timeouts and dropped connections with exponential backoff and jitter, honouring 
 loop); a reply that is not valid JSON, holds no completion, or whose text is not text (null) is retried the same way.
 
 **What answered is evidence.** Every completed response is appended to the run directory's ``responses.jsonl`` as it
-arrives, keyed by its request, with the model id the server says answered, the endpoint that answered (after any
-redirect) and a digest of request and reply: a crash, Ctrl-C or kill -9 mid-cell loses no finished request, a resumed
-run sends only the missing ones, and an entry edited, repeated with another text or cut short is dropped, said, and
-requested again. A reply from another model than the one asked for is refused (one line, nothing of it kept) unless
-the user declares the id it answers as (``--api-accept-model``; a dated snapshot of the asked name, such as
-``gpt-4o-mini-2024-07-18`` for ``gpt-4o-mini``, is the same model). A run resumed against other endpoints or another
-model than its journal names is refused, unless ``--api-allow-other-endpoint`` says both may answer; each row names
-every model and endpoint that answered its cell, and summary.md lists the series answered by several. A reply that
-ran past the request's token budget or its first line (a server that ignores the stop) is cut to them, as the
-in-process backends stop, and counted per cell (``cut_replies``).
+arrives, keyed by its request, with the model id the server says answered, the endpoint that answered (a redirect is
+refused, not followed) and a digest of request and reply: a crash, Ctrl-C or kill -9 mid-cell loses no finished request
+(Ctrl-C stops at once: requests still held at a server are abandoned), a resumed run sends only the missing ones, and an
+entry edited, repeated with another text or cut short is dropped, said, and requested again. A reply from another model
+than the one asked for is refused (one line, nothing of it kept) unless the user declares the id it answers as
+(``--api-accept-model``; a dated snapshot of the asked name, such as ``gpt-4o-mini-2024-07-18`` for ``gpt-4o-mini``, is
+the same model). A run resumed against other endpoints or another model than its journal names is refused, unless
+``--api-allow-other-endpoint`` says both may answer; each row names every model and endpoint that answered its cell, and
+summary.md lists the series answered by several. A reply that ran past the request's token budget or its first line (a
+server that ignores the stop) is cut to them, as the in-process backends stop, and counted per cell (``cut_replies``).
 
 **No key escapes.** The key comes from NUMPREC_API_KEY (or OPENAI_API_KEY); it, and every value of a base URL's query
 string, is replaced by ``***`` in every message printed and every text written (a server that echoes the
@@ -42,7 +42,6 @@ import random
 import re
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import parse_qsl, urlsplit
@@ -109,7 +108,11 @@ class Endpoint:
 def shown_url(url: str) -> str:
     """scheme://host[:port]/path: a URL without credentials, query or fragment."""
     parts = urlsplit(url)
-    return f"{parts.scheme}://{parts.hostname}{f':{parts.port}' if parts.port else ''}{parts.path.rstrip('/')}"
+    try:
+        port = parts.port
+    except ValueError:  # not a TCP port: shown as written
+        port = parts.netloc.rsplit(":", 1)[-1]
+    return f"{parts.scheme}://{parts.hostname}{f':{port}' if port else ''}{parts.path.rstrip('/')}"
 
 
 def api_key() -> str:
@@ -121,7 +124,14 @@ def clients(endpoint: Endpoint):
     import openai
 
     return [
-        openai.OpenAI(base_url=base, api_key=api_key(), timeout=endpoint.timeout, max_retries=0)  # retried in _send
+        openai.OpenAI(
+            base_url=base,
+            api_key=api_key(),
+            timeout=endpoint.timeout,
+            max_retries=0,  # retried in _send
+            # a redirect is refused, not followed: requests go where --api-base says, and rows name where they went
+            http_client=openai.DefaultHttpxClient(follow_redirects=False),
+        )
         for base in endpoint.bases
     ]
 
@@ -141,6 +151,13 @@ def what_went_wrong(err: Exception, base: str, endpoint: Endpoint) -> str:
         line = f"{base} did not answer within the timeout, retries spent; raise --api-timeout or --api-retries"
     elif isinstance(err, openai.APIConnectionError):
         line = f"cannot reach {base} (connection failed, retries spent); is the server running?"
+    elif isinstance(err, openai.APIStatusError) and 300 <= err.status_code < 400:
+        location = err.response.headers.get("location", "")
+        elsewhere = shown_url(location) if urlsplit(location).hostname else location.split("?")[0]
+        line = (
+            f"{base} redirected a request to {elsewhere or 'another address'} ({err.status_code}): numprec sends "
+            "requests only to --api-base; give the address it redirects to as --api-base"
+        )
     elif isinstance(err, openai.APIStatusError):
         line = f"{base} answered {err.status_code} ({str(err.message).splitlines()[0][:120]}), retries spent"
     else:
@@ -287,6 +304,7 @@ class APIBackend(ChatBackend):
         self.journal = Journal(journal)
         self.other_endpoints = check_resume(self.journal, endpoint)
         self.usage = {"prompt_tokens": 0, "completion_tokens": 0}
+        self._stop = threading.Event()
         # no token is longer than this many characters: a reply is cut to budget x this before it is tokenized
         self._token_chars = max((len(t) for t in tokenizer.get_vocab()), default=64) if tokenizer else 1
 
@@ -361,15 +379,9 @@ class APIBackend(ChatBackend):
         keys = [request_key(body) for body in bodies]
         todo = [i for i, key in enumerate(keys) if key not in self.journal.done]
         if todo:
-            pool = ThreadPoolExecutor(max_workers=min(self.endpoint.concurrency, len(todo)))
-            stop = threading.Event()
-            futures = [pool.submit(self._complete_unless, stop, bodies[i], keys[i], answer) for i in todo]
-            try:
-                for future in futures:
-                    future.result()
-            finally:  # on Ctrl-C or a spent retry: no new requests; those in flight are journaled if they complete
-                stop.set()
-                pool.shutdown(wait=False, cancel_futures=True)
+            calls = [lambda i=i: self._complete(bodies[i], keys[i], answer) for i in todo]
+            self._stop = threading.Event()  # set when the batch ends early: abandoned requests retry no more
+            run_abandoning(calls, min(self.endpoint.concurrency, len(todo)), self._stop)
         out = []
         for key in keys:
             record = self.journal.done[key]
@@ -388,17 +400,6 @@ class APIBackend(ChatBackend):
                 )
             )
         return out
-
-    def _complete_unless(self, stop: threading.Event, body: dict, key: str, answer: AnswerMode) -> None:
-        """``_complete`` unless a request has failed for good: the worker that meets the failure says so before it
-        takes the next problem (else a queued request would still be sent after the run has stopped)."""
-        if stop.is_set():
-            return
-        try:
-            self._complete(body, key, answer)
-        except BaseException:
-            stop.set()
-            raise
 
     def _complete(self, body: dict, key: str, answer: AnswerMode) -> None:
         """One problem's completion (continued while its first line is still blank), checked, cut to the request's
@@ -463,7 +464,7 @@ class APIBackend(ChatBackend):
 
     def _send(self, request: dict):
         """One request to the least busy replica, in a slot of the pacing: (the parsed reply, the endpoint that
-        answered it, after any redirect). What HTTP says went wrong (408, 409, 429, 5xx, a timeout, a dropped
+        answered it). What HTTP says went wrong (408, 409, 429, 5xx, a timeout, a dropped
         connection) and a reply that is not valid JSON, not a completion, or whose text is not text, are retried with
         exponential backoff and jitter, honouring Retry-After; 429, 503 and timeouts also halve the pacing."""
         import openai
@@ -477,6 +478,8 @@ class APIBackend(ChatBackend):
         create = client.chat.completions if self.endpoint.mode == "chat" else client.completions
         try:
             for attempt in range(self.endpoint.retries + 1):
+                if self._stop.is_set():  # the batch has ended (Ctrl-C, another request failed): ask no more
+                    raise UserError("abandoned: the run stopped")
                 ticket, outcome, wait = self.pacing.acquire(), "failed", None
                 try:
                     raw = create.with_raw_response.create(**body, extra_body=extra or None)
@@ -488,7 +491,7 @@ class APIBackend(ChatBackend):
                     if not isinstance(piece, str):
                         raise ValueError(f"a reply whose text is {type(piece).__name__}, not text")
                     outcome = "answered"
-                    return response, answered_at(str(raw.http_response.url), base)
+                    return response, shown_url(base)  # redirects are refused: where it was sent
                 except (openai.APIResponseValidationError, ValueError, TypeError, AttributeError) as err:
                     if attempt == self.endpoint.retries:
                         raise UserError(
@@ -511,6 +514,45 @@ class APIBackend(ChatBackend):
             with self._pick:
                 self._in_flight[replica] -= 1
         raise AssertionError("unreachable")
+
+
+def run_abandoning(calls: list, workers: int, stop: threading.Event) -> None:
+    """Run ``calls`` on ``workers`` daemon threads and return when all are done. The first that fails, or a Ctrl-C,
+    ends the wait at once: no further call starts, and those still waiting on a server are abandoned (a daemon thread
+    does not hold up the process's exit, as a ThreadPoolExecutor's workers would until their timeouts); what they
+    finished is journaled, what they did not is asked again on resume."""
+    pending = list(reversed(calls))
+    lock, done = threading.Lock(), threading.Event()
+    failures: list[BaseException] = []
+    left = [len(calls)]
+
+    def work() -> None:
+        while not stop.is_set():
+            with lock:
+                if not pending:
+                    return
+                call = pending.pop()
+            try:
+                call()
+            except BaseException as err:  # said by the waiting thread
+                failures.append(err)
+                stop.set()
+                done.set()
+                return
+            with lock:
+                left[0] -= 1
+                if left[0] == 0:
+                    done.set()
+
+    for _ in range(workers):
+        threading.Thread(target=work, daemon=True).start()
+    try:
+        while not done.wait(0.1):  # a short wait: Ctrl-C is taken between waits
+            pass
+    finally:
+        stop.set()
+    if failures:
+        raise failures[0]
 
 
 def retryable(err: Exception) -> bool:
@@ -541,21 +583,6 @@ def retry_after(err: Exception) -> float | None:
         return None
 
 
-def answered_at(url: str, base: str) -> str:
-    """The endpoint (base URL, shown) a request was answered at: its base, or where a redirect took it (the request's
-    URL less the route the client added to the base)."""
-    route = urlsplit(url).path
-    base_path = urlsplit(base).path.rstrip("/")
-    if shown_url(url).startswith(shown_url(base)):
-        return shown_url(base)
-    for suffix in ("/chat/completions", "/completions"):
-        if route.endswith(suffix):
-            route = route[: -len(suffix)]
-            break
-    parts = urlsplit(url)
-    return shown_url(f"{parts.scheme}://{parts.netloc}{route or base_path}")
-
-
 def parse_bases(text: str) -> tuple[str, ...]:
     """--api-base URL[,URL...]: http(s) URLs, each once."""
     bases = tuple(part.strip().rstrip("/") for part in text.split(",") if part.strip())
@@ -570,6 +597,13 @@ def parse_bases(text: str) -> tuple[str, ...]:
             )
         if parts.username or parts.password:
             raise ValueError("put the API key in NUMPREC_API_KEY, not in the URL (it would be recorded)")
+        try:
+            parts.port  # noqa: B018  (urllib checks the port when it is read)
+        except ValueError:
+            raise ValueError(
+                f"{parts.scheme}://{parts.hostname}: its port is not a TCP port (1-65535); give one like "
+                "http://127.0.0.1:8000/v1"
+            ) from None
     if len(set(bases)) < len(bases):
         raise ValueError("names a URL twice")
     return bases

@@ -459,3 +459,60 @@ def test_concurrency_adapts_to_what_the_server_takes(server, tmp_path, capsys):
     (pacing,) = [v for k, v in json.loads((out / "run.json").read_text())["invocations"][-1].items() if "pacing" in k]
     assert pacing["ceiling"] == 8 and 2 <= pacing["settled"] <= 4.5, pacing
     assert any(why == "pushed back" for _, _, why in pacing["trace"])
+
+
+# ---------------------------------------------------------------- stopping while requests hang (issue 39)
+
+
+def hanging_run(proxy: FaultProxy, out: Path) -> subprocess.Popen:
+    """harness.eval as a process against the proxy, 8 problems at concurrency 4; returns once 4 requests are held
+    at the proxy (a server that does not answer)."""
+    grid = ["--tasks", "add", "--lengths", "1", "--samples", "8"]
+    command = [
+        sys.executable,
+        "-m",
+        "harness.eval",
+        "--out",
+        str(out),
+        *api(proxy.url, "--concurrency", "4", grid=grid),
+    ]
+    running = subprocess.Popen(command, cwd=ROOT, env=command_env(), stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and proxy.in_flight < 3 and running.poll() is None:
+        time.sleep(0.05)
+    assert proxy.in_flight >= 3, "requests are held at the proxy"
+    return running
+
+
+def test_ctrl_c_stops_a_served_run_within_3_s_while_requests_hang(server, tmp_path):
+    with FaultProxy(server.port) as proxy:
+        proxy.faults.extend([("slow", 120)] * 8)
+        running = hanging_run(proxy, tmp_path / "run")
+        asked = time.monotonic()
+        running.send_signal(signal.SIGINT)
+        _, err = running.communicate(timeout=60)
+        took = time.monotonic() - asked
+    print(f"Ctrl-C to exit with 4 requests hanging: {took:.2f} s")
+    assert running.returncode == 130 and "interrupted" in err and "Traceback" not in err, err
+    assert took < 3.0, f"{took:.1f} s after Ctrl-C"
+
+
+def test_a_failed_request_stops_a_served_run_within_3_s_while_others_hang(server, tmp_path):
+    with FaultProxy(server.port) as proxy:
+        proxy.faults.extend([("slow", 120)] * 3 + [("status", 400, {})] + [("slow", 120)] * 4)
+        running = hanging_run(proxy, tmp_path / "run")
+        _, err = running.communicate(timeout=60)
+        took = time.monotonic() - proxy.failed_at
+    print(f"failure to exit with 3 requests hanging: {took:.2f} s")
+    lines = [line for line in err.replace("\r", "\n").splitlines() if line.strip() and "%|" not in line]
+    assert running.returncode == 2 and len(lines) == 1 and "answered 400" in lines[0], lines
+    assert took < 3.0, f"{took:.1f} s after the failure"
+
+
+def test_a_redirect_is_refused_in_one_line(server, tmp_path, capsys):
+    with FaultProxy(server.port) as proxy:
+        proxy.faults.append(("redirect", server.port))
+        code, err = evaluate(tmp_path / "run", *api(proxy.url, "--concurrency", "1"), capsys=capsys)
+    assert code == 2 and len(err) == 1, err
+    assert f"redirected a request to http://127.0.0.1:{server.port}/v1/completions (307)" in err[0], err
+    assert proxy.forwarded == 0, "nothing was answered through the redirect"

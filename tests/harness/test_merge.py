@@ -105,21 +105,13 @@ def test_a_run_exported_is_read_back_by_datasets(runs, tmp_path):
 def test_samples_written_before_seeds_were_recorded_take_the_runs_seed(tmp_path):
     """A run of one seed written before samples named it: read, each sample belongs to its row's seed (as a resumed
     run gives it, harness/rundir.py), so the viewer, the merge and the export find every cell's samples."""
-    import shutil
-
     from harness.finished import read_run
     from harness.view import cell_id
-    from tests.harness.helpers import ROOT
 
-    run_dir = tmp_path / "run"
-    shutil.copytree(ROOT / "reports" / "quick-greedy-n40-seed0", run_dir)
-    assert all("seed" not in json.loads(line) for line in (run_dir / "samples.jsonl").read_text().splitlines())
-    with open(run_dir / "results.csv", newline="") as handle:
-        rows = list(csv.DictReader(handle))
-    with open(run_dir / "results.csv", "w", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=list(rows[0]), lineterminator="\n")
-        writer.writeheader()
-        writer.writerows({**row, "seed": "3"} for row in rows)
+    run_dir = run(tmp_path / "run", ["fp32"], seed=3)
+    lines = (run_dir / "samples.jsonl").read_text().splitlines()
+    unseeded = [{k: v for k, v in json.loads(line).items() if k != "seed"} for line in lines]
+    (run_dir / "samples.jsonl").write_text("".join(json.dumps(sample) + "\n" for sample in unseeded))
     finished = read_run(run_dir)
     assert {sample["seed"] for sample in finished.samples} == {3}
     cells = finished.cell_samples()

@@ -1,0 +1,343 @@
+"""The run-directory promise of the commands that read runs (harness.view, harness.report, harness.export,
+harness.tasks): they never write into a run (its files hashed before and after), never over files they did not
+write, leave either nothing or a finished result when killed (the same command then finishes, equal to a clean
+run), and read a run only after checking it (harness/finished.py): damaged, edited and unfinished runs are refused
+in one line naming the command that repairs them, or shown with what is missing named. On the scripted backend."""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import importlib
+import json
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from harness.backends.scripted import ScriptedBackend
+from harness.cli import run as run_command
+from harness.config import build_spec, load_config
+from harness.eval import evaluate
+from harness.outputs import MANIFEST, foreign_files
+from tests.harness.helpers import ROOT, assert_user_error, command_env, run_module
+from tests.harness.test_merge import answer, run
+
+pytestmark = pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+
+
+def hashes(directory: Path) -> dict[str, str]:
+    return {
+        str(path.relative_to(directory)): hashlib.sha256(path.read_bytes()).hexdigest()
+        for path in sorted(directory.rglob("*"))
+        if path.is_file()
+    }
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    base = tmp_path_factory.mktemp("readers")
+    return {"fp32": run(base / "fp32", ["fp32"]), "bf16": run(base / "bf16", ["bf16"])}
+
+
+def command(module: str, argv: list[str], capsys) -> tuple[int, list[str], str]:
+    """A command's main() as python -m runs it: (exit status, stderr's lines, stdout)."""
+    with pytest.raises(SystemExit) as exit_info:
+        run_command(importlib.import_module(module).main, [str(arg) for arg in argv])
+    captured = capsys.readouterr()
+    return exit_info.value.code, [line for line in captured.err.splitlines() if line.strip()], captured.out
+
+
+def refused(module: str, argv: list, capsys, *fragments: str) -> str:
+    code, err, _ = command(module, argv, capsys)
+    assert code == 2 and len(err) == 1 and err[0].startswith("error: "), err
+    for fragment in fragments:
+        assert fragment in err[0], err[0]
+    return err[0]
+
+
+def copy(source: Path, target: Path) -> Path:
+    shutil.copytree(source, target)
+    return target
+
+
+def test_no_command_writes_into_a_run_it_reads_or_any_other(runs, tmp_path, capsys):
+    a, b = copy(runs["fp32"], tmp_path / "a"), copy(runs["bf16"], tmp_path / "b")
+    before = {a: hashes(a), b: hashes(b)}
+    cases = [
+        ("harness.view", [a, "--out", a / "results.csv"], "is inside the run"),
+        ("harness.view", [a, "--out", a / "page.html"], "is inside the run"),
+        ("harness.view", [a, "--out", b / "page.html"], "lies inside the run directory"),
+        ("harness.export", [a, "--out", a], "is the run"),
+        ("harness.export", [a, "--out", b], "already holds a run"),
+        ("harness.export", [a, "--out", b / "dataset"], "lies inside the run directory"),
+        ("harness.report", [a, b, "--out", a / "merged"], "is inside the run"),
+        ("harness.report", [a, b, "--out", tmp_path], "holds the run"),
+        ("harness.tasks", ["--harness", "lm-eval", "--out", a / "tasks"], "lies inside the run directory"),
+    ]
+    for module, argv, fragment in cases:
+        refused(module, argv, capsys, fragment)
+    assert {a: hashes(a), b: hashes(b)} == before, "every input run's files are as they were"
+
+
+def test_files_the_command_did_not_write_are_never_replaced(runs, tmp_path, capsys):
+    for name in ("README.md", "_numprec.yaml", "samples.jsonl"):
+        out = tmp_path / f"out-{name}"
+        out.mkdir()
+        (out / name).write_text("the user's own\n")
+        refused("harness.export", [runs["fp32"], "--out", out], capsys, f"({name})", "new or empty directory")
+        refused("harness.tasks", ["--harness", "lm-eval", "--out", out], capsys, f"({name})")
+        refused("harness.report", [runs["fp32"], runs["bf16"], "--out", out], capsys, name)
+        assert (out / name).read_text() == "the user's own\n" and sorted(os.listdir(out)) == [name]
+    page = tmp_path / "notes.html"
+    page.write_text("<html>the user's notes</html>\n")
+    refused("harness.view", [runs["fp32"], "--out", page], capsys, "was not written by python -m harness.view")
+    assert page.read_text() == "<html>the user's notes</html>\n"
+    parquet = tmp_path / "parquet-dir"
+    (parquet / "results.parquet").mkdir(parents=True)
+    refused("harness.export", [runs["fp32"], "--out", parquet], capsys, "results.parquet")
+
+
+def test_the_same_command_again_replaces_its_own_output(runs, tmp_path, capsys):
+    page = tmp_path / "page.html"
+    for _ in range(2):
+        code, err, _ = command("harness.view", [runs["fp32"], "--out", page], capsys)
+        assert code == 0 and not err, err
+    dataset = tmp_path / "dataset"
+    for _ in range(2):
+        code, err, _ = command("harness.export", [runs["fp32"], "--out", dataset], capsys)
+        assert code == 0 and not err, err
+    assert not foreign_files(dataset, "harness.export") and (dataset / MANIFEST).is_file()
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")], "nothing left beside --out"
+    (dataset / "results.parquet").write_bytes(b"edited")  # changed since: no longer what export wrote
+    refused("harness.export", [runs["fp32"], "--out", dataset], capsys, "results.parquet")
+
+
+def test_a_rerun_of_harness_tasks_with_other_tasks_leaves_only_its_tasks(tmp_path, capsys):
+    out = tmp_path / "tasks"
+    grid = ["--harness", "lm-eval", "--out", out, "--lengths", "1", "--samples", "2"]
+    assert command("harness.tasks", [*grid, "--tasks", "add,mul"], capsys)[0] == 0
+    assert command("harness.tasks", [*grid, "--tasks", "mul"], capsys)[0] == 0
+    assert sorted(path.name for path in (out / "data").iterdir()) == ["numprec_mul_n1.jsonl"]
+    # the data file named where it is now, not where it was built
+    assert f"test: {out.resolve() / 'data' / 'numprec_mul_n1.jsonl'}\n" in (out / "numprec_mul_n1.yaml").read_text()
+
+
+def test_harness_tasks_checks_the_tokenizer_before_writing(tmp_path, capsys):
+    out = tmp_path / "tasks"
+    refused(
+        "harness.tasks", ["--harness", "lm-eval", "--out", out, "--model", "llama-served"], capsys, "names no tokenizer"
+    )
+    assert not out.exists() and not list(tmp_path.iterdir())
+
+
+def comparable(directory: Path) -> dict[str, bytes]:
+    """A report's or dataset's files, less what differs between two runs of one command (--out's name in the
+    commands they quote, run.json's pid and start, the manifest's digests of it)."""
+    found = {name: data.replace(str(directory).encode(), b"OUT") for name, data in _contents(directory).items()}
+    return found
+
+
+def _contents(directory: Path) -> dict[str, bytes]:
+    found = {}
+    for name, path in sorted((str(p.relative_to(directory)), p) for p in directory.rglob("*") if p.is_file()):
+        if name == MANIFEST:
+            continue
+        if name == "run.json":
+            record = json.loads(path.read_text())
+            for entry in record["invocations"]:
+                for key in ("pid", "started", "digest"):
+                    entry.pop(key)
+            found[name] = json.dumps(record, sort_keys=True).encode()
+        elif name.endswith(".parquet"):
+            import pyarrow.parquet as pq
+
+            found[name] = json.dumps(pq.read_table(path).to_pylist(), sort_keys=True, default=str).encode()
+        else:
+            found[name] = path.read_bytes()
+    return found
+
+
+def finished_or_absent(out: Path, module: str) -> bool:
+    """After a kill: no --out at all, or a finished one (its manifest lists exactly its files, unchanged)."""
+    return not out.exists() or ((out / MANIFEST).is_file() and not foreign_files(out, module))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("module", ["harness.report", "harness.export"])
+def test_a_kill_at_any_moment_then_the_same_command_equals_a_clean_run(module, runs, tmp_path):
+    inputs = [runs["fp32"], runs["bf16"]] if module == "harness.report" else [runs["fp32"]]
+    clean = tmp_path / "clean"
+    started = time.perf_counter()
+    result = run_module(module, *map(str, inputs), "--out", str(clean))
+    took = time.perf_counter() - started
+    assert result.returncode == 0 and not result.stderr, result.stderr
+    chance = random.Random(0)
+    for attempt in range(3):
+        out = tmp_path / f"killed-{attempt}"
+        process = subprocess.Popen(
+            [sys.executable, "-m", module, *map(str, inputs), "--out", str(out)],
+            cwd=ROOT, env=command_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+        time.sleep(chance.uniform(0.2, took))
+        process.send_signal(signal.SIGKILL)
+        process.wait()
+        assert finished_or_absent(out, module), sorted(os.listdir(out))
+        again = run_module(module, *map(str, inputs), "--out", str(out))
+        assert again.returncode == 0 and not again.stderr, again.stderr
+        assert comparable(out) == comparable(clean)
+        assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == [], "no stray files"
+
+
+def edited(source: Path, target: Path, edit) -> Path:
+    copy(source, target)
+    edit(target)
+    return target
+
+
+def rewrite_rows(directory: Path, change) -> None:
+    with open(directory / "results.csv", newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    rows = change(rows)
+    with open(directory / "results.csv", "w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=list(rows[0]) if rows else [], lineterminator="\n")
+        if rows:
+            writer.writeheader()
+            writer.writerows(rows)
+
+
+def rewrite_record(directory: Path, change) -> None:
+    record = json.loads((directory / "run.json").read_text())
+    change(record)
+    (directory / "run.json").write_text(json.dumps(record, indent=2))
+
+
+def header_only(directory: Path) -> None:
+    header = (directory / "results.csv").read_text().splitlines()[0]
+    (directory / "results.csv").write_text(header + "\n")
+    lines = (directory / "samples.jsonl").read_text().splitlines(keepends=True)
+    (directory / "samples.jsonl").write_text("".join(lines[:4]))
+
+
+def forged_seed(record: dict) -> None:
+    entry = record["invocations"][0]
+    entry["command"] = entry["command"] + " --seed 7"
+    entry["spec"]["seed"] = 7
+
+
+def samples_of_one_cell_gone(directory: Path) -> None:
+    lines = (directory / "samples.jsonl").read_text().splitlines(keepends=True)
+    (directory / "samples.jsonl").write_text("".join(line for line in lines if '"length": 3' not in line))
+
+
+DAMAGED = [
+    ("header-only", header_only, "is unfinished: 3 of its 3 planned cells"),
+    ("repeated-row", lambda d: rewrite_rows(d, lambda rows: rows + rows[:1]), "has two rows in results.csv"),
+    ("nan-accuracy", lambda d: rewrite_rows(d, lambda rows: [{**rows[0], "accuracy": "nan"}, *rows[1:]]), "accuracy"),
+    ("forged-command", lambda d: rewrite_record(d, forged_seed), "was edited by hand"),
+    ("forged-identity-seed", lambda d: rewrite_record(d, lambda r: r["identity"].update(seed=7)), "edited by hand"),
+    ("invocations-a-string", lambda d: rewrite_record(d, lambda r: r.update(invocations="a run")), "is damaged"),
+    ("samples-missing", samples_of_one_cell_gone, "python -m harness.eval"),
+]
+
+
+@pytest.mark.parametrize("name,damage,fragment", DAMAGED, ids=[case[0] for case in DAMAGED])
+def test_a_damaged_run_is_refused_by_every_reader_in_one_line(name, damage, fragment, runs, tmp_path, capsys):
+    damaged = edited(runs["fp32"], tmp_path / "damaged", damage)
+    before = hashes(damaged)
+    for module, argv in [
+        ("harness.export", [damaged, "--out", tmp_path / "dataset"]),
+        ("harness.report", [damaged, runs["bf16"], "--out", tmp_path / "merged"]),
+    ]:
+        line = refused(module, argv, capsys, fragment)
+        assert "Traceback" not in line
+    if name != "header-only":  # the viewer shows an unfinished run (below); the rest it refuses too
+        refused("harness.view", [damaged, "--out", tmp_path / "page.html"], capsys, fragment)
+    assert hashes(damaged) == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["damaged"], "nothing written"
+
+
+def test_whole_samples_that_disagree_with_their_rows_name_rescore_which_repairs_them(runs, tmp_path, capsys):
+    damaged = edited(runs["fp32"], tmp_path / "run", lambda d: rewrite_rows(d, lambda r: r + r[:1]))
+    line = refused("harness.export", [damaged, "--out", tmp_path / "d"], capsys, "python -m harness.rescore")
+    assert command("harness.rescore", [damaged], capsys)[0] == 0, line
+    assert command("harness.export", [damaged, "--out", tmp_path / "d"], capsys)[0] == 0
+
+
+def test_missing_samples_name_the_eval_command_which_recomputes_them(runs, tmp_path, capsys):
+    damaged = edited(runs["fp32"], tmp_path / "run", samples_of_one_cell_gone)
+    line = refused("harness.export", [damaged, "--out", tmp_path / "d"], capsys, "python -m harness.eval")
+    assert "(scripted)" in line and f"--out {damaged}" in line
+
+
+def stopped_after_one_cell(out: Path) -> Path:
+    """harness.eval interrupted (Ctrl-C) after the first of two cells: each cell its own batch."""
+    name, config = load_config("quick")
+    spec = build_spec(
+        name, config, models=["smollm2"], precisions=["fp32"], tasks=["add"], lengths=[1, 2], samples=30, out=out,
+        batch_size=30,
+    )  # fmt: skip
+    cells = []
+
+    def script(message: str, rows: int) -> str:
+        cells.append(rows)
+        if len(cells) > 30:
+            raise KeyboardInterrupt
+        return answer("fp32")(message, rows)
+
+    def load(variant, spec):
+        return ScriptedBackend(variant.precision, script, spec.batch_size)
+
+    with pytest.raises(KeyboardInterrupt):
+        evaluate(spec, "python -m harness.eval (scripted)", load=load)
+    return out
+
+
+def test_an_unfinished_run_is_refused_for_export_and_merge_and_shown_with_its_missing_cells(tmp_path, capsys):
+    stopped = stopped_after_one_cell(tmp_path / "stopped")
+    capsys.readouterr()  # its progress lines
+    assert len((stopped / "results.csv").read_text().splitlines()) == 2, "one cell of two"
+    for module, argv in [
+        ("harness.export", [stopped, "--out", tmp_path / "dataset"]),
+        ("harness.report", [stopped, "--out", tmp_path / "merged"]),
+    ]:
+        refused(module, argv, capsys, "is unfinished: 1 of its 2 planned cells", "smollm2 fp32 add n=2 seed 0")
+    code, err, out = command("harness.view", [stopped, "--out", tmp_path / "page.html"], capsys)
+    assert code == 0 and len(err) == 1 and err[0].startswith("note: ") and "add n=2" in err[0], err
+    page = (tmp_path / "page.html").read_text()
+    assert "is unfinished: 1 of its 2 planned cells" in page and "1 cells, 30 samples" in out
+
+
+def without_permission_override() -> None:
+    """For a child of root: drop the capabilities to read and search past file permissions (CAP_DAC_OVERRIDE,
+    CAP_DAC_READ_SEARCH) from its bounding set, so that a directory of mode 000 is unreadable to it as to a user."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    for capability in (1, 2):
+        if libc.prctl(24, capability, 0, 0, 0) != 0:  # PR_CAPBSET_DROP
+            raise OSError(ctypes.get_errno(), "prctl(PR_CAPBSET_DROP)")
+
+
+def test_an_unreadable_run_is_one_line(runs, tmp_path):
+    locked = copy(runs["fp32"], tmp_path / "locked")
+    os.chmod(locked, 0)
+    try:
+        for module, last in [
+            ("harness.view", ["--out", str(tmp_path / "page.html")]),
+            ("harness.diff", [str(runs["bf16"])]),
+        ]:
+            result = subprocess.run(
+                [sys.executable, "-m", module, str(locked), *last],
+                capture_output=True, text=True, cwd=ROOT, env=command_env(), timeout=120,
+                preexec_fn=without_permission_override if os.geteuid() == 0 else None,
+            )  # fmt: skip
+            assert_user_error(result, "Permission denied")
+    finally:
+        os.chmod(locked, 0o700)
