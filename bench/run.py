@@ -14,7 +14,7 @@ Writes DIR/results.json and DIR/results.md. Shared machines are noisy: every fig
            generate(), greedy and paper sampling, as a fraction of the memory roofline (bench/decode.py).
 2. train   scratch's training step at the paper's shapes, alone and packed, per precision: steps/s, MFU against
            the matmul rate measured in the same run, data generation's share, projected hours of the paper grid
-           (bench/train.py; ``--device cuda`` for a GPU).
+           (bench/train.py; ``--device cuda`` for a GPU, ``--quick`` for one shape per precision).
 3. data    problems/s of the harness and scratch generators against a per-sample Python loop.
 4. memory  peak RSS of an evaluation process per precision.
 5. loop    the decode loop's own overhead: a tiny random Llama (the default model's tokenizer) generating for
@@ -382,6 +382,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="cpu, cuda or cuda:N (default cpu): where train and loop run; eval on a GPU times a random-init "
         "Llama-3.1-8B architecture against generate() and the memory roofline",
     )
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="train: one shape per precision, alone and packed (inside ten minutes on a GPU), instead of the full plan",
+    )
     args = parser.parse_args(argv)
     sections = args.only or list(SECTIONS)
     unknown = set(sections) - set(SECTIONS)
@@ -455,7 +460,7 @@ def bench(args, sections: list[str], command: str) -> int:
             elif section == "eval":
                 results["eval"] = bench_eval(args.problems, args.repeats, args.threads, args.batch_size, work)
             elif section == "train":
-                results["train"] = bench_train(args.repeats, args.threads, args.device)
+                results["train"] = bench_train(args.repeats, args.threads, args.device, quick=args.quick)
             elif section == "data":
                 results["data"] = bench_data(args.repeats)
             elif section == "memory":

@@ -1,13 +1,16 @@
-"""The train section of bench.run: scratch's real training step (scratch.train.Pack) at the paper's shapes.
+"""The train section of bench.run: scratch's real training step (scratch/pack.py's Pack) at the paper's shapes.
 
-    python -m bench.run --only train --device cuda --out reports/bench-gpu
+    python -m bench.run --only train --device cuda --out reports/bench-gpu            # the full plan: long GPU time
+    python -m bench.run --only train --device cuda --quick --out /tmp/bench-gpu       # inside ten minutes
 
 For the grid's longest sequence of each kind of task (scratch/configs/paper.yaml): fp32 and bf16 at depth 3 and
-5, one run alone and a pack of the three seeds, and the other precisions packed at depth 3 (``plan``): steps/s,
-tokens/s, MFU against the matrix-multiply rate measured in the same run and dtype (a pack's runs counted
-together), and the share of a step the host spends making the batch. From those, the projected device-hours of
-the paper grid: a step's time fitted as linear in its tokens per (precision, depth, pack), summed over the grid's
-cells (training steps only; evaluation every 5,000 steps is not counted).
+5, one run alone and a pack of the three seeds, and the other precisions packed at depth 3 (``plan``); ``--quick``
+times one shape (mul base 2, n=14) per precision (fp32, tf32, bf16, bf16-amp), alone and packed, at depth 3. Each
+measurement: steps/s, tokens/s, MFU against the matrix-multiply rate measured in the same run and dtype (a pack's
+runs counted together), the share of a step the host spends making the batch, and the seconds of the first steps
+(compiling and capturing graphs) apart from the rate. From those, the projected device-hours of the paper grid:
+each cell's training FLOPs (steps x batch x sequence x FLOPs per token at its depth) at the FLOP rate measured for
+its precision and packing (training steps only; evaluation every 5,000 steps is not counted).
 
 On a GPU the shapes are the paper's (batch 512, compile and CUDA graphs as scratch.train uses them on CUDA). On
 a CPU the section still runs, at batch 4 and depth 3 only, so that it ends in minutes; its projection is then
@@ -31,22 +34,26 @@ SHAPES = {  # the longest sequence of each kind of task in the paper grid
 PACKED = 3  # the seeds of a cell
 
 
-def bench_train(repeats: int, threads: int, device_name: str, steps: int = 20) -> dict:
+QUICK_SHAPE = "mul, base 2, n=14"  # a middle length of the grid's sequences (59 tokens)
+
+
+def bench_train(repeats: int, threads: int, device_name: str, steps: int = 20, quick: bool = False) -> dict:
     import torch
 
     from scratch.numerics import resolve_device, set_matmul_precision
     from scratch.sweep import load_sweep
-    from scratch.train import RunConfig, measure_matmul_flops
+    from scratch.train import WARM_STEPS, RunConfig, measure_matmul_flops
 
     device = resolve_device(device_name)
     torch.set_num_threads(threads)
     on_gpu = device.type == "cuda"
     batch = 512 if on_gpu else 4
-    steps, warm_up = (steps, 3) if on_gpu else (2, 1)
-    measurements = plan(on_gpu)
+    steps, warm_up = (steps, WARM_STEPS) if on_gpu else (2, 1)
+    measurements = plan(on_gpu, quick)
+    shapes = {QUICK_SHAPE: SHAPES[QUICK_SHAPE]} if quick else SHAPES
     gemm = {}
     for precision in ("fp32", "tf32", "bf16"):
-        if precision in {p for p, _, _ in measurements}:
+        if precision in {p.removesuffix("-amp") for p, _, _ in measurements}:
             set_matmul_precision(precision, device)
             dtype = torch.bfloat16 if precision == "bf16" else torch.float32
             gemm[precision] = max(measure_matmul_flops(dtype, device=device) for _ in range(repeats))
@@ -55,7 +62,7 @@ def bench_train(repeats: int, threads: int, device_name: str, steps: int = 20) -
     for precision, depth, runs in measurements:
         matmul = set_matmul_precision(precision, device)
         rate = gemm["bf16" if precision.startswith("bf16") else precision]
-        for shape, task in SHAPES.items():
+        for shape, task in shapes.items():
             config = RunConfig(**task, precision=precision, depth=depth, batch_size=batch, device=str(device))
             row = time_steps([replace(config, seed=seed) for seed in range(runs)], steps, warm_up, repeats, device)
             row.update(
@@ -66,16 +73,18 @@ def bench_train(repeats: int, threads: int, device_name: str, steps: int = 20) -
                 batch_size=batch,
                 runs_packed=runs,
                 seq_len=config.task().seq_len,
-                mfu=row["tokens_per_s"] * row.pop("flops_per_token") / rate,
+                mfu=row["tokens_per_s"] * row["flops_per_token"] / rate,
             )
             rows.append(row)
             log(
                 f"train {precision} d{depth} {shape} x{runs}: {row['steps_per_s']:.1f} steps/s, "
-                f"MFU {row['mfu']:.1%}, data {row['data_share']:.1%} of a step"
+                f"MFU {row['mfu']:.1%}, data {row['data_share']:.1%} of a step, first steps {row['warm_up_s']:.1f} s"
+                + (f" ({row['fell_back']})" if row["fell_back"] else "")
             )
     grid = load_sweep(PAPER_GRID)
     projection = project(rows, grid)
     return {
+        "plan": "quick" if quick else "full",
         "device": str(device),
         "device_name": torch.cuda.get_device_name(device) if on_gpu else "cpu",
         "gemm_flops": gemm,
@@ -85,10 +94,13 @@ def bench_train(repeats: int, threads: int, device_name: str, steps: int = 20) -
     }
 
 
-def plan(on_gpu: bool) -> list[tuple[str, int, int]]:
+def plan(on_gpu: bool, quick: bool = False) -> list[tuple[str, int, int]]:
     """(precision, depth, runs packed) to time on each shape: the grid's precisions at its depths, alone and
-    packed (what the projection needs), and the other precisions once, packed. Each compiles once on a GPU, so
-    the list is kept short; a CPU times depth 3 only."""
+    packed, and the other precisions once, packed; ``quick``: every precision at depth 3, alone and packed (on one
+    shape). Each compiles once on a GPU, so the lists are kept short; a CPU times depth 3 only (and no tf32)."""
+    if quick:
+        precisions = ("fp32", "tf32", "bf16", "bf16-amp") if on_gpu else ("fp32", "bf16", "bf16-amp")
+        return [(precision, 3, runs) for precision in precisions for runs in (1, PACKED)]
     depths = (3, 5) if on_gpu else (3,)
     grid = [(precision, depth, runs) for precision in ("fp32", "bf16") for depth in depths for runs in (1, PACKED)]
     others = ("tf32", "bf16-amp") if on_gpu else ("bf16-amp",)
@@ -96,11 +108,14 @@ def plan(on_gpu: bool) -> list[tuple[str, int, int]]:
 
 
 def time_steps(configs: list, steps: int, warm_up: int, repeats: int, device) -> dict:
-    """Median over ``repeats`` passes of ``steps`` training steps (after warm-up steps, which compile on a GPU)."""
+    """Median over ``repeats`` passes of ``steps`` training steps, after ``warm_up`` steps (which compile and
+    capture graphs on a GPU), timed apart."""
     from scratch.data import Problems
-    from scratch.train import Pack, pack_batch, synchronize
+    from scratch.pack import Pack
+    from scratch.train import pack_batch, synchronize
 
-    pack = Pack(configs, device)
+    said: list[str] = []
+    pack = Pack(configs, device, say=said.append)
     problems = [Problems(c.task(), c.seed, 1, device) for c in configs]
     batch = configs[0].batch_size
 
@@ -111,8 +126,12 @@ def time_steps(configs: list, steps: int, warm_up: int, repeats: int, device) ->
         pack.step(tokens, mask, 1e-3)
         return made
 
+    synchronize(device)
+    started = time.perf_counter()
     for _ in range(warm_up):
         one_step()
+    synchronize(device)
+    warm = time.perf_counter() - started
     passes = []
     for _ in range(repeats):
         synchronize(device)
@@ -126,44 +145,49 @@ def time_steps(configs: list, steps: int, warm_up: int, repeats: int, device) ->
         "steps_per_s": steps / seconds,
         "tokens_per_s": tokens / seconds,
         "data_share": data / seconds,
+        "warm_up_s": warm,
+        "compiled": pack.compiled,
+        "attention": pack.attention,
+        "fell_back": "; ".join(said),
         "flops_per_token": pack.models[0].flops_per_token(configs[0].task().seq_len),
     }
 
 
 def project(rows: list[dict], grid) -> dict:
-    """Device-hours of the paper grid's training steps, alone and packed: per (precision, depth, pack), a step's
-    seconds fitted as a + b x tokens-per-step over the measured shapes, summed over the grid's cells."""
+    """Device-hours of the paper grid's training steps, alone and packed: each cell's FLOPs (steps x batch x
+    sequence x FLOPs per token of its depth and sequence) at the FLOP rate measured for its precision and packing
+    (all measured shapes and depths together: their FLOPs over their seconds)."""
     from scratch.sweep import cells
 
-    fits = {}
-    for key in {(r["precision"], r["depth"], r["runs_packed"]) for r in rows}:
-        points = [
-            (r["runs_packed"] * r["batch_size"] * r["seq_len"], 1 / r["steps_per_s"])
-            for r in rows
-            if (r["precision"], r["depth"], r["runs_packed"]) == key
-        ]
-        fits[key] = linear_fit(points)
+    rates: dict[tuple[str, int], list[float]] = {}
+    for row in rows:
+        rates.setdefault((row["precision"], row["runs_packed"]), []).append(
+            row["tokens_per_s"] * row["flops_per_token"]
+        )
     hours = {}
-    for runs in sorted({r["runs_packed"] for r in rows}):
+    for runs in sorted({row["runs_packed"] for row in rows}):
         total, missing = 0.0, set()
         for cell in cells(grid):
-            key = (cell.precision, cell.depth, runs)
-            if key not in fits:
-                missing.add(f"{cell.precision} d{cell.depth}")
+            measured = rates.get((cell.precision, runs))
+            if not measured:
+                missing.add(cell.precision)
                 continue
-            intercept, slope = fits[key]
-            step_seconds = intercept + slope * runs * cell.batch_size * cell.task().seq_len
-            total += cell.steps * step_seconds / runs  # a pack trains `runs` cells at once
+            rate = len(measured) / sum(1 / r for r in measured)  # the harmonic mean: seconds add up, not rates
+            seq_len = cell.task().seq_len
+            total += cell.steps * cell.batch_size * seq_len * cell_flops_per_token(cell, seq_len) / rate
         hours[f"runs_packed={runs}"] = {"hours": total / 3600, "not_measured": sorted(missing)}
     return {"cells": len(cells(grid)), "grid": str(PAPER_GRID.name), "hours": hours}
 
 
-def linear_fit(points: list[tuple[float, float]]) -> tuple[float, float]:
-    n = len(points)
-    mean_x, mean_y = sum(x for x, _ in points) / n, sum(y for _, y in points) / n
-    spread = sum((x - mean_x) ** 2 for x, _ in points)
-    slope = sum((x - mean_x) * (y - mean_y) for x, y in points) / spread if spread else 0.0
-    return mean_y - slope * mean_x, slope
+def cell_flops_per_token(cell, seq_len: int) -> float:
+    """A cell's training FLOPs per token (scratch/model.py's estimate), its model built on the meta device."""
+    import torch
+
+    from scratch.model import GPT, GPTConfig
+
+    with torch.device("meta"):
+        model = GPT(GPTConfig(cell.task().vocab_size, seq_len, cell.depth, cell.n_head, cell.n_embd))
+    return model.flops_per_token(seq_len)
 
 
 def train_markdown(result: dict) -> list[str]:
@@ -175,14 +199,15 @@ def train_markdown(result: dict) -> list[str]:
         "",
         f"Matrix-multiply rate measured in the same run: {gemm}. MFU counts a pack's runs together.",
         "",
-        "| precision | matmul | depth | shape | batch | runs packed | steps/s | tokens/s | MFU | data share |",
-        "|---|---|---:|---|---:|---:|---:|---:|---:|---:|",
+        "| precision | matmul | depth | shape | batch | runs packed | steps/s | tokens/s | MFU | data share "
+        "| first steps (s) | ran |",
+        "|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
     for r in result["rows"]:
         lines.append(
             f"| {r['precision']} | {r['matmul_precision']} | {r['depth']} | {r['shape']} | {r['batch_size']} | "
             f"{r['runs_packed']} | {r['steps_per_s']:.2f} | {r['tokens_per_s']:,.0f} | {r['mfu']:.1%} | "
-            f"{r['data_share']:.1%} |"
+            f"{r['data_share']:.1%} | {r.get('warm_up_s', 0):.1f} | {ran(r)} |"
         )
     projection = result["projection"]
     lines += ["", f"Projected training time of {projection['grid']} ({projection['cells']} cells) on this device:", ""]
@@ -190,3 +215,11 @@ def train_markdown(result: dict) -> list[str]:
         missing = f" (not measured, left out: {', '.join(entry['not_measured'])})" if entry["not_measured"] else ""
         lines.append(f"- {label}: {entry['hours']:,.1f} device-hours{missing}")
     return [*lines, ""]
+
+
+def ran(row: dict) -> str:
+    """Compiled or eager, the attention kernels, and any fallback, in words."""
+    if "compiled" not in row:  # written by an older bench
+        return ""
+    said = f"{'compiled' if row['compiled'] else 'eager'}, attention {row['attention']}"
+    return f"{said} ({row['fell_back']})" if row["fell_back"] else said

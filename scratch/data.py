@@ -203,13 +203,19 @@ def distinct_problems(task: Arithmetic, size: int, generator: torch.Generator) -
         digits = torch.cat([digits, sample_digits(task, size - len(digits), generator)])
 
 
+# Training batches made at once: up to 64 steps' and 32,768 rows (64 batches of 512; a batch of more rows is made
+# alone). The pool's size depends on the batch size only, so a seed gives the same batches on every device.
+POOL_STEPS, POOL_ROWS = 64, 1 << 15
+
+
 class Problems:
     """Training batches drawn on the fly, and a fixed held-out test set of different problems that the batches
     never contain (where the space allows).
 
     Digits are drawn and checked against the test set on the CPU, from one seeded stream, so a seed gives the
-    same problems on every device; answers, tokens and masks are then computed on ``device`` (a few dozen
-    kernels a batch whatever the length)."""
+    same problems on every device; answers, tokens and masks are then computed on ``device``. Batches are made
+    ahead, a pool at a time (one draw, one copy, one encoding on the device: a few dozen kernels for 64 steps), so
+    that making data is a small share of a step. ``data_state`` and ``restore`` resume the stream at any step."""
 
     def __init__(self, task: Arithmetic, seed: int, test_size: int, device: torch.device | str = "cpu"):
         self.task = task
@@ -220,22 +226,53 @@ class Problems:
         self.whole_space = len(self.test_digits) == task.space_size()
         # When the test set holds most of the space, excluding it would leave training almost nothing.
         self.disjoint = len(self.test_digits) <= task.space_size() // 2
+        self._pool: tuple[torch.Tensor, torch.Tensor] | None = None
+        self._pool_start = self.train_rng.get_state()  # the stream where the current pool was drawn
+        self._used = 0  # batches of the pool already given out
+        self._skip = 0  # batches of the next pool already given out before a restore
 
     def _in_test_set(self, digits: torch.Tensor) -> torch.Tensor:
         hashes = problem_hash(digits, self.task.base)
         index = torch.searchsorted(self.test_hashes, hashes).clamp(max=len(self.test_hashes) - 1)
         return self.test_hashes[index] == hashes
 
-    def train_batch(self, batch: int) -> tuple[torch.Tensor, torch.Tensor]:
-        digits = sample_digits(self.task, batch, self.train_rng)
+    def _draw(self, rows: int) -> torch.Tensor:
+        digits = sample_digits(self.task, rows, self.train_rng)
         if self.disjoint:
             seen = self._in_test_set(digits)
             while seen.any():  # redraw the few rows that landed in the test set
                 digits[seen] = sample_digits(self.task, int(seen.sum()), self.train_rng)
                 seen = self._in_test_set(digits)
-        if self.device.type == "cuda":  # an asynchronous copy: the host goes on while the GPU trains
-            digits = digits.pin_memory().to(self.device, non_blocking=True)
-        return encode(self.task, digits.to(self.device))
+        return digits
+
+    def train_batch(self, batch: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """The next training batch: tokens and mask (batch, seq_len), on the device."""
+        if self._pool is None or self._used == len(self._pool[0]) or self._pool[0].shape[1] != batch:
+            self._pool_start = self.train_rng.get_state()
+            steps = max(1, min(POOL_STEPS, POOL_ROWS // batch))
+            digits = self._draw(batch * steps)
+            if self.device.type == "cuda":  # an asynchronous copy: the host goes on while the GPU trains
+                digits = digits.pin_memory().to(self.device, non_blocking=True)
+            tokens, mask = encode(self.task, digits.to(self.device))
+            self._pool = (tokens.view(steps, batch, -1), mask.view(steps, batch, -1))
+            self._used, self._skip = self._skip, 0
+        tokens, mask = self._pool[0][self._used], self._pool[1][self._used]
+        self._used += 1
+        return tokens, mask
+
+    def data_state(self) -> tuple[torch.Tensor, int]:
+        """Where the stream is: the generator's state where the current pool was drawn, and the batches of it given
+        out (a checkpoint's ``data_rng`` and ``data_used``)."""
+        if self._pool is None:
+            return self.train_rng.get_state(), self._skip
+        if self._used == len(self._pool[0]):  # all given out: the next pool starts where the stream is
+            return self.train_rng.get_state(), 0
+        return self._pool_start, self._used
+
+    def restore(self, rng_state: torch.Tensor, used: int = 0) -> None:
+        """Resume the stream where ``data_state`` said it was (a checkpoint written before pools: ``used`` 0)."""
+        self.train_rng.set_state(rng_state)
+        self._pool, self._skip = None, used
 
     def test_set(self) -> tuple[torch.Tensor, torch.Tensor]:
         return encode(self.task, self.test_digits.to(self.device))

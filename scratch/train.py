@@ -9,13 +9,15 @@ answer tokens; batch 512 for 100k steps; 50k test samples. The defaults below ar
 test size and warmup, which a CPU cannot afford at the paper's values.
 
 ``--device auto|cpu|cuda|cuda:N`` (auto: CUDA when present) holds the model, optimizer and batches; digits are
-drawn on the CPU, so a seed gives the same data on every device, and the rest of a batch is made on the device.
-On CUDA, fp32 runs with TF32 off and ``tf32`` is a precision of its own; each summary records the device and the
-matmul precision in force. On CUDA the step has no host synchronisation, AdamW is fused, and forward and
-backward are compiled with CUDA graphs (``--compile auto|on|off``).
+drawn on the CPU, so a seed gives the same data on every device, and the rest of a batch is made on the device, 64
+batches at a time (scratch/data.py). On CUDA, fp32 runs with TF32 off and ``tf32`` is a precision of its own; each
+summary records the device and the matmul precision in force. On CUDA the step has no host synchronisation, AdamW
+is fused, and forward and backward are compiled with CUDA graphs (``--compile auto|on|off``); a compiled step that
+fails falls back to eager, a fused attention kernel that fails to the math kernel (``--attention``), each said.
 
-``run_pack`` trains several runs of one shape (``pack_key``: the seeds of a cell) as one stacked model (``Pack``);
-each run keeps its own weights, data, loss, optimizer state, checkpoint and summary. ``run`` is a pack of one.
+``run_pack`` trains several runs of one shape (``pack_key``: the seeds of a cell) as one batched model
+(scratch/pack.py); each run keeps its own weights, data, loss, optimizer state, checkpoint and summary. ``run`` is
+a pack of one.
 
 Accuracy is exact match under greedy decoding. It is computed in one teacher-forced pass: a sequence
 counts when the argmax at every answer position (and at <eos>) is the right token, which is exactly when
@@ -29,14 +31,12 @@ import json
 import math
 import os
 import time
-import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, field
 from pathlib import Path
 from typing import Annotated
 
 import torch
-import torch.nn.functional as F
 from pydantic import ConfigDict, ValidationError, model_validator
 from pydantic.dataclasses import dataclass as pydantic_dataclass
 
@@ -49,7 +49,7 @@ from harness.machine import describe
 from harness.problems import BASE, OPERANDS
 from harness.trackers import Trackers, add_report_to_flag, check_folders
 from scratch.data import Arithmetic, Problems
-from scratch.model import GPT, GPTConfig, identity
+from scratch.model import GPT, identity
 from scratch.numerics import (
     TRAIN_PRECISIONS,
     FloatFormat,
@@ -61,8 +61,10 @@ from scratch.numerics import (
     set_matmul_precision,
     training_dtype,
 )
+from scratch.pack import ATTENTION, Pack
 
 COMPILE_MODES = ("auto", "on", "off")
+WARM_STEPS = 3  # a compiled step's first calls: compiling, then (CUDA) warming up and capturing its graphs
 MAX_PARAMETERS = 1_000_000_000
 MAX_BATCH_TOKENS = 4_000_000  # the paper's step: 512 sequences of at most ~70 tokens, about 36,000
 MAX_TEST_TOKENS = 200_000_000  # 1.6 GB of int64 tokens; the paper's test set: 50,000 sequences
@@ -119,6 +121,7 @@ class RunConfig:
     threads: Annotated[int, _in("threads")] = 1
     device: str = "auto"  # auto (CUDA when present), cpu, cuda, cuda:N
     compile: str = "auto"  # torch.compile the step (CUDA graphs on a GPU): auto (on CUDA), on, off
+    attention: str = "auto"  # attention kernels the step may use: auto (torch's pick), flash, efficient, cudnn, math
 
     def task(self) -> Arithmetic:
         return Arithmetic(self.op, self.base, self.length, self.operands, self.fixed_width)
@@ -141,6 +144,8 @@ class RunConfig:
             )
         if self.compile not in COMPILE_MODES:
             raise ValueError(f"compile {self.compile!r}: use one of {', '.join(COMPILE_MODES)}")
+        if self.attention not in ATTENTION:
+            raise ValueError(f"attention {self.attention!r}: use one of {', '.join(ATTENTION)}")
         seq_len = self.task().seq_len
         training_dtype(self.precision)
         check_precision_device(self.precision, resolve_device(self.device))  # checks only: no flag is set
@@ -216,12 +221,6 @@ def cosine_with_warmup(step: int, warmup: int, total: int) -> float:
     return 0.5 * (1 + math.cos(math.pi * min(1.0, progress)))
 
 
-def sequence_loss(logits: torch.Tensor, tokens: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """Mean cross-entropy of the answer tokens; ``logits`` are the model's for tokens[:, :-1]."""
-    targets = tokens[:, 1:].masked_fill(~mask[:, 1:], -100)
-    return F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), targets.reshape(-1), ignore_index=-100)
-
-
 @torch.no_grad()
 def exact_match(model: GPT, tokens: torch.Tensor, mask: torch.Tensor, precision: str, batch: int = 500) -> int:
     """How many sequences greedy decoding would answer exactly (all answer tokens and <eos> right)."""
@@ -254,13 +253,6 @@ def evaluate_formats(model: GPT, tokens, mask, formats: list[str]) -> dict[str, 
     return results
 
 
-def build_model(config: RunConfig, device: torch.device | str = "cpu") -> GPT:
-    task = config.task()
-    torch.manual_seed(config.seed)  # the weights are drawn on the CPU, then moved: the same start on every device
-    model = GPT(GPTConfig(task.vocab_size, task.seq_len, config.depth, config.n_head, config.n_embd))
-    return model.to(device=device, dtype=training_dtype(config.precision))
-
-
 def pack_key(config: RunConfig) -> tuple:
     """Runs with equal keys can be trained as one pack: the same model shape, precision, schedule and device
     (the seeds of a cell, or cells whose sequences have the same length and vocabulary)."""
@@ -275,115 +267,10 @@ def pack_key(config: RunConfig) -> tuple:
 PER_RUN = {"op", "operands", "base", "length", "fixed_width", "seed", "test_size", "eval_formats"}
 
 
-class Pack:
-    """Several runs of one shape trained as one model: each parameter is stacked along a leading run dimension
-    (torch.func.stack_module_state) and the forward pass is vmapped over it, so one step's kernels serve every
-    run. Each run keeps its own initialisation, data and loss, and AdamW is elementwise, so a packed run follows
-    the same trajectory as the run made alone, up to the rounding of batched matrix products. A pack of one
-    calls the model directly (no vmap): the single-run path, unchanged."""
-
-    def __init__(self, configs: Sequence[RunConfig], device: torch.device):
-        self.configs, self.device = list(configs), device
-        self.models = [build_model(config, device) for config in configs]  # per-run views for evaluation
-        self.params, _ = torch.func.stack_module_state(self.models)
-        self.buffers = dict(self.models[0].named_buffers())  # RoPE tables: the same for every run
-        config = configs[0]
-        decay = [p for p in self.params.values() if p.dim() - 1 >= 2]  # the leading dimension is the run's
-        no_decay = [p for p in self.params.values() if p.dim() - 1 < 2]
-        groups = [{"params": decay, "weight_decay": config.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
-        # Pure bf16: AdamW keeps its state in the parameters' dtype, so moments are bf16 too (the paper's setting).
-        # Fused (one kernel for all tensors) on CUDA; the CPU keeps the default for unchanged results.
-        self.optimizer = torch.optim.AdamW(groups, lr=config.lr, betas=(0.9, 0.999), fused=device.type == "cuda")
-        self.losses, self.compiled, self.compile_error, self.steps_taken = self._losses, False, None, 0
-        if compiles(config, device):
-            self.compiled = True
-            # CUDA graphs for the fixed-shape forward and backward: one launch instead of hundreds per step.
-            # The stacked weights keep their addresses (AdamW updates them in place), so graphs need not copy them.
-            torch._dynamo.reset()  # a process trains pack after pack: start each with no stale graphs to count
-            for parameter in self.params.values():
-                torch._dynamo.mark_static_address(parameter)
-            self.losses = torch.compile(self._losses, mode="reduce-overhead" if device.type == "cuda" else "default")
-
-    def _one(self, params: dict, tokens: torch.Tensor) -> torch.Tensor:
-        return torch.func.functional_call(self.models[0], (params, self.buffers), (tokens,))
-
-    def _losses(self, tokens: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        """Each run's loss (R,) on its batch: tokens and mask (R, B, T)."""
-        with autocast(self.configs[0].precision, self.device.type):
-            logits = self._logits(tokens[:, :, :-1])
-        return torch.stack([sequence_loss(logits[r], tokens[r], mask[r]) for r in range(len(self.configs))])
-
-    def _logits(self, inputs: torch.Tensor) -> torch.Tensor:
-        if len(self.configs) == 1:
-            return self._one({name: p[0] for name, p in self.params.items()}, inputs[0])[None]
-        with warnings.catch_warnings():  # CPU attention has no vmap rule and runs once per run (CUDA's has one)
-            warnings.filterwarnings("ignore", message=".*batching rule.*", category=UserWarning)
-            return torch.func.vmap(self._one)(self.params, inputs)
-
-    def step(self, tokens: torch.Tensor, mask: torch.Tensor, lr: float) -> torch.Tensor:
-        """One AdamW step for every run; returns the losses, on the device (no host synchronisation)."""
-        for group in self.optimizer.param_groups:
-            group["lr"] = lr
-        self.optimizer.zero_grad(set_to_none=True)
-        if self.compiled and self.device.type == "cuda":
-            torch.compiler.cudagraph_mark_step_begin()
-        try:
-            losses = self.losses(tokens, mask)
-            losses.sum().backward()  # run r's parameters only see run r's loss
-        except Exception as err:  # noqa: BLE001 (a compiler failure must not end a run that eager mode can make)
-            if not self.compiled or self.compile_error is not None or self.steps_taken:
-                raise
-            self.compile_error = one_line(err)
-            warnings.warn(f"torch.compile failed ({self.compile_error}); training eagerly", stacklevel=2)
-            self.losses, self.compiled = self._losses, False
-            self.optimizer.zero_grad(set_to_none=True)
-            losses = self.losses(tokens, mask)
-            losses.sum().backward()
-        self.optimizer.step()
-        self.steps_taken += 1
-        return losses.detach().clone()  # a copy: a CUDA graph's outputs are overwritten by its next replay
-
-    @torch.no_grad()
-    def model(self, run: int) -> GPT:
-        """Run ``run``'s model with its current weights."""
-        for name, parameter in self.models[run].named_parameters():
-            parameter.copy_(self.params[name][run])
-        return self.models[run]
-
-    def optimizer_state(self, run: int) -> dict:
-        """Run ``run``'s AdamW state in the form a pack of one saves (checkpoints are per run)."""
-        state = self.optimizer.state_dict()
-        per_run = {
-            index: {key: value if key == "step" else value[run].clone() for key, value in entry.items()}
-            for index, entry in state["state"].items()
-        }
-        return {"state": per_run, "param_groups": state["param_groups"]}
-
-    def load(self, run: int, model_state: dict) -> None:
-        """Put a run's checkpointed weights into the pack."""
-        with torch.no_grad():
-            for name, value in model_state.items():
-                self.params[name][run].copy_(value)
-
-    def load_optimizer(self, states: list[dict]) -> None:
-        merged = {
-            index: {
-                key: entry if key == "step" else torch.stack([s["state"][index][key] for s in states])
-                for key, entry in states[0]["state"][index].items()
-            }
-            for index in states[0]["state"]
-        }
-        self.optimizer.load_state_dict({"state": merged, "param_groups": states[0]["param_groups"]})
-
-
 def pack_batch(problems: Sequence[Problems], batch_size: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Each run's next training batch, stacked: tokens and mask (runs, batch, sequence)."""
     batches = [p.train_batch(batch_size) for p in problems]
     return torch.stack([b[0] for b in batches]), torch.stack([b[1] for b in batches])
-
-
-def compiles(config: RunConfig, device: torch.device) -> bool:
-    return config.compile == "on" or (config.compile == "auto" and device.type == "cuda")
 
 
 # What a resumed checkpoint must share with the command: the task, the model's shape, the precision and the run.
@@ -448,6 +335,9 @@ def run_pack(
     written at that step and Preempted is raised, so a requeued job goes on from there, not from the last evaluation."""
     if len({pack_key(config) for config in configs}) != 1:
         raise ValueError("a pack needs runs of one shape, precision, schedule and device (pack_key)")
+    for out in outs:
+        if out:
+            out.mkdir(parents=True, exist_ok=True)
     checkpoints = [out / "checkpoint.pt" if out else None for out in outs]
     device = resolve_device(configs[0].device)
     saved = [read_checkpoint(c, config, device) if c else None for c, config in zip(checkpoints, configs, strict=True)]
@@ -470,17 +360,18 @@ def run_pack(
         raise ValueError(f"unknown precision {config.precision!r}; known: {', '.join(TRAIN_PRECISIONS)}")
     torch.set_num_threads(config.threads)
     matmul_precision = set_matmul_precision(config.precision, device)
-    pack = Pack(configs, device)
+    pack = Pack(configs, device, say=lambda line: [log(line) for log in logs])
     # Problems are drawn on the CPU (the same stream on every device); answers and tokens are made on the device.
     problems = [Problems(c.task(), c.seed, c.test_size, device) for c in configs]
     tests = [p.test_set() for p in problems]
     step, histories = 0, [[] for _ in configs]
-    train_seconds, tokens_seen = 0.0, 0
+    train_seconds, tokens_seen = 0.0, 0  # the timed steps': compiling and capturing graphs are timed apart
     session_seconds, data_seconds = 0.0, 0.0  # this process's, for the share of a step spent making data
+    compile_seconds, warming = 0.0, WARM_STEPS if pack.compiled else 0
     if saved[0]:
         for r, state in enumerate(saved):
             pack.load(r, state["model"])
-            problems[r].train_rng.set_state(state["data_rng"].cpu())
+            problems[r].restore(state["data_rng"].cpu(), state.get("data_used", 0))
             histories[r] = state["history"]
         pack.load_optimizer([state["optimizer"] for state in saved])
         step = saved[0]["step"]
@@ -499,12 +390,14 @@ def run_pack(
         for r, (run_config, out) in enumerate(zip(configs, outs, strict=True)):
             if not out:
                 continue
+            data_rng, data_used = problems[r].data_state()
             state = {
                 "model": pack.model(r).state_dict(),
                 "optimizer": pack.optimizer_state(r),
                 "step": step,
                 "history": histories[r],
-                "data_rng": problems[r].train_rng.get_state(),
+                "data_rng": data_rng,
+                "data_used": data_used,
                 "config": asdict(run_config),
                 "train_seconds": seconds,
                 "tokens_seen": tokens_seen,
@@ -514,18 +407,30 @@ def run_pack(
 
     while step < config.steps:
         lr = config.lr * cosine_with_warmup(step, config.warmup_steps, config.steps)
+        if warming:  # the compiled step's first calls compile it and capture its graphs: timed apart
+            synchronize(device)
+            warm_started = time.perf_counter()
         data_started = time.perf_counter()
         tokens, mask = pack_batch(problems, config.batch_size)
         data_seconds += time.perf_counter() - data_started
         losses = pack.step(tokens, mask, lr)
         step += 1
-        tokens_seen += tokens.numel()
+        if warming:
+            synchronize(device)
+            compile_seconds += time.perf_counter() - warm_started
+            warming = warming - 1 if pack.compiled else 0
+            interval_started = time.perf_counter()
+            if not warming and pack.compiled:
+                for log in logs:
+                    log(f"compiled the training step in {compile_seconds:.1f} s (its first {WARM_STEPS} steps)")
+        else:
+            tokens_seen += tokens.numel()
         if step % config.eval_every == 0 or step == config.steps:
             losses = losses.tolist()  # the host waits for the GPU here, so the interval's time is real
             elapsed = time.perf_counter() - interval_started
             train_seconds += elapsed
             session_seconds += elapsed
-            tokens_per_s = tokens_seen / train_seconds
+            tokens_per_s = tokens_seen / train_seconds if train_seconds else 0.0
             for r in range(len(configs)):
                 model = pack.model(r)
                 accuracy = exact_match(model, *tests[r], config.precision, eval_batch) / len(tests[r][0])
@@ -564,12 +469,12 @@ def run_pack(
             "device_name": device_name,
             "machine": machine,
             "matmul_precision": matmul_precision,
-            "compiled": pack.compiled,
-            "compile_error": pack.compile_error,
+            **pack.described(),  # compiled or eager (and why), which attention kernels
+            "compile_seconds": compile_seconds,  # this process's first compiled steps, apart from the rate below
             "runs_packed": len(configs),
             # Throughput is the process's: every packed run's tokens in the pack's time.
             "tokens_per_s": tokens_per_s,
-            "steps_per_s": step / train_seconds if train_seconds else 0.0,
+            "steps_per_s": tokens_per_s / (len(configs) * config.batch_size * config.task().seq_len),
             "mfu": tokens_per_s * flops_per_token / gemm,
             "gemm_flops": gemm,
             "data_host_share": data_seconds / session_seconds if session_seconds else 0.0,

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from scratch.data import Arithmetic, Problems, decode, encode, sample_digits
+from scratch.data import POOL_ROWS, Arithmetic, Problems, decode, encode, sample_digits
 
 
 def as_int(digits_lsb_first, base):
@@ -86,3 +86,20 @@ def test_batches_are_seeded():
     first, again = Problems(task, 5, 10), Problems(task, 5, 10)
     assert torch.equal(first.train_batch(64)[0], again.train_batch(64)[0])
     assert not torch.equal(first.train_batch(64)[0], Problems(task, 6, 10).train_batch(64)[0])
+
+
+def test_the_stream_resumes_at_any_batch_of_a_pool():
+    """Batches are made a pool at a time; a checkpoint's (pool start, batches given) resumes the stream at any step,
+    in the middle of a pool or across its end, with the batches an uninterrupted run gets."""
+    task = Arithmetic("add", 2, 4)
+    batch = POOL_ROWS // 4  # pools of 4 batches
+    whole = Problems(task, 3, 20)
+    expected = [whole.train_batch(batch)[0] for _ in range(10)]
+    for stop in (0, 1, 3, 4, 6):
+        first = Problems(task, 3, 20)
+        for _ in range(stop):
+            first.train_batch(batch)
+        state = first.data_state()
+        resumed = Problems(task, 3, 20)
+        resumed.restore(*state)
+        assert all(torch.equal(resumed.train_batch(batch)[0], want) for want in expected[stop:]), stop

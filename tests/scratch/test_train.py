@@ -6,9 +6,11 @@ from dataclasses import replace
 import pytest
 import torch
 
+from scratch.data import Problems
 from scratch.model import GPT, GPTConfig
 from scratch.numerics import FloatFormat, Rounding
-from scratch.train import Pack, RunConfig, run, run_pack
+from scratch.pack import Pack
+from scratch.train import RunConfig, pack_batch, run, run_pack
 
 LEARNS = RunConfig(
     op="add",
@@ -135,25 +137,88 @@ def test_runs_resume_alone_or_in_a_pack_from_per_run_checkpoints(tmp_path):
     assert again[0]["runs_packed"] == 2 and [h["step"] for h in again[1]["history"]][-1] == 40
 
 
-@pytest.mark.skipif(not shutil.which("cc"), reason="torch.compile on the CPU needs a C compiler")
-def test_the_compiled_step_takes_the_eager_steps():
-    runs = [replace(SMALL, seed=seed) for seed in range(2)]
+needs_compiler = pytest.mark.skipif(not shutil.which("cc"), reason="torch.compile on the CPU needs a C compiler")
+
+
+@needs_compiler
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_a_compiled_pack_takes_the_eager_steps_of_each_run_alone(precision):
+    """Packed runs without vmap: inductor compiles the stacked model's forward and backward on the CPU, and the
+    compiled pack's losses equal the eager pack's and each run's made alone."""
+    runs = [replace(SMALL, seed=seed, precision=precision, steps=20, eval_every=5) for seed in range(2)]
+    lines: list[str] = []
+    compiled = run_pack([replace(c, compile="on") for c in runs], [None] * 2, [lines.append, quiet])
     eager = run_pack(runs, [None] * 2, [quiet] * 2)
-    compiled = run_pack([replace(c, compile="on") for c in runs], [None] * 2, [quiet] * 2)
-    assert compiled[0]["compiled"] and not eager[0]["compiled"]
-    for a, b in zip(compiled, eager, strict=True):
-        assert losses(a) == pytest.approx(losses(b), rel=1e-5)
+    assert compiled[0]["compiled"] and compiled[0]["compile_error"] is None and not eager[0]["compiled"]
+    assert compiled[0]["compile_seconds"] > 0 and eager[0]["compile_seconds"] == 0
+    assert any(line.startswith("compiled the training step in") for line in lines)
+    for config, packed, together in zip(runs, compiled, eager, strict=True):
+        alone = run(config, None, log=quiet)
+        assert losses(packed) == pytest.approx(losses(together), rel=1e-3)
+        assert losses(packed) == pytest.approx(losses(alone), rel=1e-3)
 
 
-def test_a_compiler_failure_falls_back_to_eager_training_and_is_recorded():
+class FailingAt:
+    """The compiled step as it fails on a GPU (a graph replay, a backward): from its ``call``-th call on it raises,
+    which is what the pack must survive. Before that it is the compiled step itself."""
+
+    def __init__(self, compiled, call: int):
+        self.compiled, self.call, self.calls = compiled, call, 0
+
+    def __call__(self, *args):
+        self.calls += 1
+        if self.calls >= self.call:
+            raise RuntimeError("CUDA error: an illegal memory access was encountered (replay)")
+        return self.compiled(*args)
+
+
+@needs_compiler
+def test_a_compiled_step_that_fails_at_the_second_step_falls_back_and_trains_on():
+    configs = [replace(SMALL, seed=seed, compile="on") for seed in range(2)]
+    said: list[str] = []
+    pack = Pack(configs, torch.device("cpu"), say=said.append)
+    eager = Pack([replace(c, compile="off") for c in configs], torch.device("cpu"), say=said.append)
+    pack.losses = FailingAt(pack.losses, call=2)
+    problems = [[Problems(c.task(), c.seed, 10) for c in configs] for _ in range(2)]
+    for _ in range(6):
+        ours = pack.step(*pack_batch(problems[0], 32), 1e-3)
+        theirs = eager.step(*pack_batch(problems[1], 32), 1e-3)
+        assert ours.tolist() == pytest.approx(theirs.tolist(), rel=1e-4)
+    assert not pack.compiled and pack.compile_error.startswith("step 2: RuntimeError: CUDA error")
+    assert said == [
+        "torch.compile failed at step 2 (RuntimeError: CUDA error: an illegal memory access was encountered (replay)); "
+        "training eagerly from there"
+    ]
+
+
+def test_a_compiler_that_cannot_compile_falls_back_at_the_first_step_and_is_recorded():
     import torch._inductor.config
 
     # inductor's own patching (pytest's monkeypatch deletes a config entry when it undoes itself)
-    no_compiler = torch._inductor.config.patch({"cpp.cxx": ("/nonexistent/c++",)})
-    with no_compiler, pytest.warns(UserWarning, match="torch.compile failed .*; training eagerly"):
-        summary = run(replace(SMALL, compile="on"), None, log=quiet)
+    lines: list[str] = []
+    with torch._inductor.config.patch({"cpp.cxx": ("/nonexistent/c++",)}):
+        summary = run(replace(SMALL, compile="on"), None, log=lines.append)
     assert not summary["compiled"] and "C++ compiler" in summary["compile_error"]
+    assert [line for line in lines if "torch.compile failed at step 1" in line and "training eagerly" in line]
     assert losses(summary) == losses(run(SMALL, None, log=quiet)), "the eager steps, from the first"
+
+
+def test_a_fused_attention_kernel_that_refuses_falls_back_to_math():
+    """The CPU has no memory-efficient attention kernel: a run that asks for it finishes on the math kernel, says so
+    in one line, and records both; its steps are the math kernel's from the first."""
+    lines: list[str] = []
+    summary = run(replace(SMALL, attention="efficient"), None, log=lines.append)
+    assert summary["attention"] == "math" and summary["attention_error"].startswith("efficient at step 1:")
+    assert [line for line in lines if line.startswith("the efficient attention kernel failed at step 1")]
+    assert losses(summary) == losses(run(replace(SMALL, attention="math"), None, log=quiet))
+
+
+def test_run_makes_its_directory_and_reports_the_share_of_a_step_spent_making_data(tmp_path):
+    out = tmp_path / "fresh" / "run"
+    summary = run(replace(SMALL, steps=64, eval_every=32), out, log=quiet)
+    assert (out / "checkpoint.pt").is_file() and (out / "summary.json").is_file()
+    # batches are made 64 at a time (scratch/data.py): a small share of a step even on this CPU
+    assert 0 < summary["data_host_share"] < 0.25, summary["data_host_share"]
 
 
 def test_rounding_hook_reaches_every_layer():
