@@ -72,24 +72,58 @@ class FirstLine(AnswerMode):
         return count_tokens(f"{expression} = {answer}") + self.words
 
     def done(self, text: str) -> bool:
-        return text.lstrip().find("\n") > 0
+        return split_thinking(text)[1].lstrip().find("\n") > 0
 
     def may_finish(self, token_text: str) -> bool:
         return "\n" in token_text
 
     def kept(self, text: str) -> str:
-        start = len(text) - len(text.lstrip())
-        newline = text.find("\n", start)
-        return text if newline < 0 else text[: newline + 1]
+        thinking, answer = split_thinking(text)
+        start = len(answer) - len(answer.lstrip())
+        newline = answer.find("\n", start)
+        return text if newline < 0 else thinking + answer[: newline + 1]
+
+    def split(self, text: str) -> tuple[str, str]:
+        return split_thinking(text)
 
     def answer_text(self, text: str) -> str:
-        for line in text.splitlines():
+        """The first non-blank line after any thinking block (a reasoning model's ``<think>...</think>7 + 8 = 15``)."""
+        for line in split_thinking(text)[1].splitlines():
             if line.strip():
                 return line.strip()
         return ""
 
 
 FIRST_LINE = FirstLine()
+
+# The thinking blocks of the models in use, (opens, ends): DeepSeek-R1 / Qwen3, Claude-style, others', Mistral's
+# Magistral, Kimi's, OpenThoughts'. A --think-end of another model's adds its own pair (``opener_of``).
+THINKING = (
+    ("<think>", "</think>"),
+    ("<thinking>", "</thinking>"),
+    ("<reasoning>", "</reasoning>"),
+    ("[THINK]", "[/THINK]"),
+    ("◁think▷", "◁/think▷"),
+    ("<|begin_of_thought|>", "<|end_of_thought|>"),
+)
+
+
+def opener_of(end: str) -> str:
+    """The marker that opens the block ``end`` closes: ``</x>`` -> ``<x>``, ``[/X]`` -> ``[X]``, ``◁/think▷`` ->
+    ``◁think▷`` (its first slash left out)."""
+    return end.replace("/", "", 1)
+
+
+def split_thinking(text: str, pairs: tuple[tuple[str, str], ...] = THINKING) -> tuple[str, str]:
+    """(thinking, answer) of a generation: everything through the last end of a thinking block is thinking; a block
+    opened and never closed is thinking to the end (opened before any answer: there is no answer yet; reopened after
+    one: the answer ends where it opens). Thinking is never read for the answer."""
+    cut = max((text.rfind(end) + len(end) for _, end in pairs if end in text), default=0)
+    thinking, rest = text[:cut], text[cut:]
+    opens = [rest.find(start) for start, _ in pairs if start in rest]
+    if opens:
+        return thinking + rest[min(opens) :], rest[: min(opens)]
+    return thinking, rest
 
 
 def finishing_tokens(tokenizer, size: int, answer: AnswerMode):
@@ -123,7 +157,6 @@ class FreeForm(AnswerMode):
 
     max_new_tokens: int = 512
     think_end: str = "</think>"
-    think_start: str = "<think>"
     name = "free-form"
 
     def budget(self, task: Task, base: int, length: int, count_tokens: Callable[[str], int]) -> int:
@@ -139,14 +172,11 @@ class FreeForm(AnswerMode):
         return text
 
     def split(self, text: str) -> tuple[str, str]:
-        """(thinking, answer): the text up to the last ``think_end`` and what follows it; a block opened with
-        ``think_start`` and never closed is all thinking (the answer has not begun)."""
-        cut = text.rfind(self.think_end)
-        if cut >= 0:
-            return text[: cut + len(self.think_end)], text[cut + len(self.think_end) :]
-        if text.lstrip().startswith(self.think_start):
-            return text, ""
-        return "", text
+        """(thinking, answer) by ``split_thinking``, with ``think_end``'s block besides the known ones: a block
+        closed by any of them, or opened and never closed, is never read."""
+        known = {end for _, end in THINKING}
+        pairs = THINKING if self.think_end in known else (*THINKING, (opener_of(self.think_end), self.think_end))
+        return split_thinking(text, pairs)
 
     def answer_text(self, text: str) -> str:
         return self.split(text)[1]

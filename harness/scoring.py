@@ -6,11 +6,14 @@ where the line states it as the answer to the asked expression, in one of these 
 | rule      | the statement                                                   | example                            |
 |-----------|-----------------------------------------------------------------|------------------------------------|
 | `equals`  | an equation whose left side is the asked expression (as written, | ``430 + 41 = 541``,                |
-|           | its operands in any order), or a chain that starts from it      | ``41 + 430 = 471 = 541`` reads 541, |
-|           | (``X = a = b`` reads b); a line that opens with ``=`` continues | ``= 541``                          |
-|           | the prompt's expression                                         |                                    |
+|           | its operands in any order, bare or bracketed), or a chain that  | ``(430 + 41) = 541``,              |
+|           | starts from it through any arithmetic (``X = a - b = c`` reads  | ``23 * 96 = 2300 - 92 = 2208``,    |
+|           | c; a link may be a numeral in another base, a conversion's      | ``1011 + 110 = 17₁₀ = 10001₂``,    |
+|           | step); a line that opens with ``=`` continues the prompt's      | ``= 541``                          |
+|           | expression                                                      |                                    |
 | `keyword` | "the answer / result / sum / product / total / value [of, to or | ``The final answer is: 541.``,     |
-|           | for X] is / are / equals / :", "X is / equals N", "X, which is  | ``The answer to 430 + 41 is 541.``, |
+|           | for X] is / are / equals / :", "answer / result = N",           | ``Answer = 541``,                  |
+|           | "X is / equals N", "X, which is                                 | ``The answer to 430 + 41 is 541.``, |
 |           | N", "the last L digits of X are N"; X, where named, is the      | ``430 + 41 is 541.``,              |
 |           | asked expression (or, after "sum/product of", its operands);    | ``The sum of 430 and 41 is 541.``, |
 |           | the Minerva / lm-eval line "Final Answer: The final answer is   | ``Final Answer: The final answer   |
@@ -18,6 +21,9 @@ where the line states it as the answer to the asked expression, in one of these 
 | `boxed`   | inside ``\\boxed{...}`` (nested braces read whole; an equation  | ``\\boxed{6E_{16}}``               |
 |           | in it is read as an equation)                                   |                                    |
 | `bare`    | the whole line, where it states nothing else                    | ``541``, ``**541**``               |
+| `steps`   | partial sums that take the asked operands in the order asked,   | ``27 + 48 = 75, 75 + 19 = 94``     |
+|           | each from the result before it: their last result (a wrong step | for 27 + 48 + 19 reads 94          |
+|           | gives a wrong answer; a skipped or reordered operand, none)     |                                    |
 | `final`   | free form only: a `keyword` or `equals` statement on a line      | ``Final Answer: The final answer   |
 |           | that says it gives the final answer ("final answer", "the       | is 541. I hope it is correct.``    |
 |           | answer is", "result:")                                          |                                    |
@@ -25,11 +31,20 @@ where the line states it as the answer to the asked expression, in one of these 
 |           | ``result``) field of a JSON object on a line; a number or a     | ``"answer": 541}``                 |
 |           | numeral string                                                  |                                    |
 
-**Free form** (``--answer free-form``, harness/answers.py): the thinking block (up to its end marker) is kept but never
-read; of what follows, every line is read as a first line is. The last line that says it gives the final answer (a
-`final`, `boxed` or `json` reading) decides; without one, the last line that states an answer to the question (an
-`equals` or `keyword` statement: the working's last equation about the asked expression); a lone numeral counts
-(`bare`) only where it is all that follows the thinking. An output the budget cut is ``none: truncated``, never read.
+Before a line is read: a thinking block before it is skipped (``<think>...</think>7 + 8 = 15``, any of the markers of
+harness/answers.py's THINKING), operators written in words are signs (``47 plus 85``, ``7 times 8``), and a base
+annotation naming the task's own base is taken off every numeral (``1011_2 + 110_2 = 10001_2`` in base 2).
+
+**Free form** (``--answer free-form``, harness/answers.py): thinking is never read, whatever its marker (the known ones
+and ``--think-end``'s), closed or not: a block opened and never closed is thinking to the end. Of what follows, every
+line is read as a first line is, and as a careful grader reads: a JSON object by its answer field alone, however it is
+laid out (over several lines, in a fence); a line that only labels the answer ("**Final Answer**", "Final Answer:")
+labels the next line; a line that opens with ``=`` continues the line before it; what the output takes back ("Wait,
+no", "that is wrong", "(wrong)") never stands, and what follows may state the correction ("so it is 122"). The last
+statement of the final answer (a `final`, `boxed` or `json` reading) decides; without one, the last line that states
+an answer to the question (an `equals` or `keyword` statement: the working's last equation about the asked
+expression); without one, `steps` over the whole answer; a lone numeral counts (`bare`) only where it is all that
+follows the thinking. An output the budget cut is ``none: truncated``, never read.
 
 An equation or statement about anything else is never the answer: the prompt's own examples ("The expression you
 are asked to calculate is 32 + 78 = 110"), a check after the answer ("47 + 85 = 132. Check: 132 - 85 = 47." reads
@@ -70,6 +85,7 @@ expression is looked for only within a few times the question's length before a 
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass
 from functools import cache
@@ -78,7 +94,7 @@ from harness.answers import FIRST_LINE, AnswerMode, FreeForm
 from harness.files import parse_json_line
 from harness.problems import DIGITS
 
-RULES = ("equals", "keyword", "boxed", "bare", "final", "json")
+RULES = ("equals", "keyword", "boxed", "bare", "steps", "final", "json")
 
 
 @dataclass(frozen=True)
@@ -116,6 +132,7 @@ _TIMES = "*×·"
 _NOUN = re.compile(r"\b(?:answer|result|sum|product|total|value|last\s+\d+\s+digits?)\b", re.IGNORECASE)
 _VERB = r"(?:\bis\b|\bare\b|\bequals\b|\bequal\s+to\b|:)"
 _WHICH = re.compile(r"\bwhich\s+(?:is|equals)\b", re.IGNORECASE)
+_EQUALS_AFTER = re.compile(r"[*_]*\s*(?P<about>(?!))?=(?!=)\s*")  # no "of X": the group never takes part
 _COPULA = re.compile(r"\b(?:is|are|equals|equal\s+to)\b", re.IGNORECASE)
 _CLAUSE_END = re.compile(r"[.,;!?](?=\s)")
 # What "the answer to ..." may say in words alone and still mean the question ("this problem", "the expression")
@@ -205,11 +222,13 @@ def _expression_before(text: str, end: int, base: int, reach: int) -> tuple[int,
 
 @dataclass(frozen=True)
 class Question:
-    """The asked expression: its operator (``+`` or ``*``) and its operands as normalised digit strings."""
+    """The asked expression: its operator (``+`` or ``*``) and its operands as normalised digit strings (sorted, and
+    in the order asked)."""
 
     operator: str
     operands: tuple[str, ...]
     length: int  # characters of the expression as written: how far back an echo of it is looked for
+    ordered: tuple[str, ...] = ()
 
     @classmethod
     def of(cls, expression: str, base: int) -> Question | None:
@@ -217,7 +236,7 @@ class Question:
         parsed = _expression_before(text, len(text), base, len(text))
         if parsed is None or parsed[0] != 0 or parsed[1] is None:
             return None
-        return cls(parsed[1], tuple(sorted(parsed[2])), len(text))
+        return cls(parsed[1], tuple(sorted(parsed[2])), len(text), tuple(parsed[2]))
 
     @property
     def reach(self) -> int:
@@ -225,10 +244,17 @@ class Question:
         return 2 * self.length + 32
 
     def is_asked(self, text: str, end: int, base: int) -> bool:
-        """Whether the expression ending at ``end`` of ``text`` is the question, its operands in any order: the left
-        side of an equation, the subject of "is"."""
+        """Whether the expression ending at ``end`` of ``text`` is the question, its operands in any order, bare or in
+        brackets (``(7 + 8) = 15``): the left side of an equation, the subject of "is"."""
         parsed = _expression_before(text, end, base, self.reach)
-        return parsed is not None and parsed[1] == self.operator and tuple(sorted(parsed[2])) == self.operands
+        if parsed is None:
+            inside = _bracketed_before(text, end, self.reach)
+            if inside is None:
+                return False
+            parsed = _expression_before(text, inside[1], base, self.reach)
+            if parsed is None or text[inside[0] : parsed[0]].strip(_MARKUP):
+                return False
+        return parsed[1] == self.operator and tuple(sorted(parsed[2])) == self.operands
 
     def is_named_in(self, text: str, base: int) -> bool:
         """Whether ``text`` (what a statement says it is about) names the question: the expression itself, its
@@ -241,11 +267,41 @@ class Question:
         return any(self.is_asked(text, match.end(), base) for match in re.finditer(r"[0-9a-zA-Z](?![0-9a-zA-Z])", text))
 
 
-def _pure_expression(text: str, base: int) -> bool:
-    """Whether ``text`` is nothing but a numeral or an arithmetic expression (and markup): a link of a chain."""
-    core = text.rstrip(_MARKUP)
-    parsed = _expression_before(core, len(core), base, len(core))
-    return parsed is not None and not core[: parsed[0]].strip(_MARKUP)
+def _bracketed_before(text: str, end: int, reach: int) -> tuple[int, int] | None:
+    """(after its opening bracket, at its closing one) of the bracketed group that ends at ``end`` (spaces aside),
+    looked for over at most ``reach`` characters, or None."""
+    low, index = max(0, end - reach), end
+    while index > low and text[index - 1] in " \t":
+        index -= 1
+    if index == low or text[index - 1] != ")":
+        return None
+    depth, cursor = 0, index - 1
+    while cursor >= low:
+        depth += {")": 1, "(": -1}.get(text[cursor], 0)
+        if depth == 0:
+            return cursor + 1, index - 1
+        cursor -= 1
+    return None
+
+
+_ANY_ANNOTATED = re.compile(r"[0-9a-zA-Z]+(?:_\{\d+\}|_\(\d+\)|_\d+|[₀-₉]+)")
+_SPACED_X = re.compile(r"(?<=\s)[xX](?=\s)")
+
+
+@cache
+def _arithmetic(base: int) -> re.Pattern[str]:
+    """Numerals of the base joined by any arithmetic operators, with brackets: a link of a chain."""
+    number = rf"[\s(]*(?:{_numeral(base)})[\s)]*"
+    return re.compile(rf"{number}(?:[-+*/×·÷^−]{number})*", re.IGNORECASE)
+
+
+def _chain_link(text: str, base: int) -> bool:
+    """Whether ``text`` (between two '=' of a chain) is nothing but arithmetic and markup: numerals of the base (or,
+    as a step of a conversion, a numeral annotated with its base: ``17₁₀``), any operators, balanced brackets."""
+    core = _SPACED_X.sub("*", _ANY_ANNOTATED.sub("0", text.strip(_MARKUP + ".,")))
+    if not core or core.count("(") != core.count(")"):
+        return False
+    return _arithmetic(base).fullmatch(core) is not None
 
 
 # ---------------------------------------------------------------- reading one numeral
@@ -383,7 +439,7 @@ def _equation_statements(line: str, question: Question, base: int, signs: list[i
         if not (opens_line or question.is_asked(line, sign, base)):
             continue
         last = number
-        while last + 1 < len(signs) and _pure_expression(line[signs[last] + 1 : signs[last + 1]], base):
+        while last + 1 < len(signs) and _chain_link(line[signs[last] + 1 : signs[last + 1]], base):
             last += 1
         skip_until = signs[last]
         found.append(_Statement(sign if left is None else left[0], signs[last] + 1, "equals"))
@@ -398,6 +454,8 @@ def _keyword_statements(line: str, question: Question, base: int) -> list[_State
     after_noun = re.compile(rf"[*_]*{about}[*_]*\s*{_VERB}\s*:?")
     for noun in _NOUN.finditer(line):
         match = after_noun.match(line, noun.end())
+        if match is None and noun.group().lower() in ("answer", "result"):
+            match = _EQUALS_AFTER.match(line, noun.end())  # "Answer = 15"
         if match and (match["about"] is None or question.is_named_in(match["about"], base)):
             found.append(_Statement(noun.start(), match.end(), "keyword"))
     for verb in _COPULA.finditer(line):
@@ -502,6 +560,9 @@ def _read_line(line: str, question: Question, base: int, expression: str, allow_
             return found
         readings.append((found, statement.rule, end))
     if not readings:
+        steps = _partial_sums(line, question, base)
+        if steps is not None:
+            return steps
         if statements and not allow_bare:
             return Extraction(None, "none: no answer to the question stated")
         return _bare(line, base, expression, signs) if allow_bare else Extraction(None, "none: no answer stated")
@@ -511,6 +572,41 @@ def _read_line(line: str, question: Question, base: int, expression: str, allow_
     if _stray_number(line[end:], base):
         return Extraction(None, "none: a number follows the answer (a second answer?)")
     return Extraction(answer, rule)
+
+
+def _partial_sums(text: str, question: Question, base: int) -> Extraction | None:
+    """Equations that take the asked operands in the order asked, one at a time, each from the result before it
+    (``27 + 48 = 75, 75 + 19 = 94`` for 27 + 48 + 19), read as their last result: how instruct models answer iterated
+    addition when they do not answer in one step. A wrong step gives a wrong answer; a chain that skips, repeats or
+    reorders an operand, or starts from another result, is none."""
+    if len(question.ordered) < 3:
+        return None
+    steps: list[tuple[tuple[str, ...], str]] = []
+    signs = _equals_signs(text)
+    for number, sign in enumerate(signs):
+        left = _expression_before(text, sign, base, question.reach)
+        if left is None or left[1] != question.operator or len(left[2]) != 2:
+            steps.append(((), ""))  # an equation about something else: the chain must not step over it
+            continue
+        following = signs[number + 1] if number + 1 < len(signs) else len(text)
+        right = _step_result(base).match(text, sign + 1, following)
+        steps.append((tuple(left[2]), _normal(right["num"])) if right else ((), ""))
+    ordered = question.ordered
+    for first, (operands, total) in enumerate(steps):
+        if operands != ordered[:2]:
+            continue
+        taken, at = 2, first
+        while taken < len(ordered) and at + 1 < len(steps) and steps[at + 1][0] == (total, ordered[taken]):
+            at, taken, total = at + 1, taken + 1, steps[at + 1][1]
+        if taken == len(ordered):
+            return Extraction(total, "steps")
+    return None
+
+
+@cache
+def _step_result(base: int) -> re.Pattern[str]:
+    """A step's result: a whole numeral of the base where its right side begins (markup aside), no fraction."""
+    return re.compile(rf"[\s*_`$]*(?P<num>{_numeral(base)})(?![0-9a-zA-Z]|\.\d)", re.IGNORECASE)
 
 
 def _bare(line: str, base: int, expression: str, signs: list[int]) -> Extraction:
@@ -534,7 +630,7 @@ def extract(text: str, base: int, expression: str, answer: AnswerMode = FIRST_LI
         raise ValueError(f"{expression!r} is no expression of the tasks' kind")
     if isinstance(answer, FreeForm):
         return _read_free(answer.answer_text(text), question, base, expression)
-    line = _clean(answer.answer_text(text))
+    line = _clean(answer.answer_text(text), base)
     if not line:
         return Extraction(None, "none: empty output")
     return _read_line(line, question, base, expression)
@@ -551,9 +647,29 @@ def judge(text: str, base: int, expression: str, answer: AnswerMode, truncated: 
     return extract(text, base, expression, answer)
 
 
-def _clean(line: str) -> str:
-    """A line with LaTeX's math delimiters and text wrappers as the markup they are, and its times signs as ``*``."""
-    return _LATEX_TIMES.sub("*", _TEXT_WRAPPER.sub(r"\1", _MATH_DELIMITERS.sub(" ", line))).strip()
+def _clean(line: str, base: int) -> str:
+    """A line with LaTeX's math delimiters and text wrappers as the markup they are, its times signs as ``*``, its
+    operators in words as signs (``47 plus 85``, ``7 times 8``, ``7 multiplied by 8``: where the words are no
+    numerals of the base), and a base annotation naming the task's own base taken off every numeral (``1011_2``,
+    ``1011₂``, ``1011_{2}`` in base 2: operands written with their base)."""
+    line = _LATEX_TIMES.sub("*", _TEXT_WRAPPER.sub(r"\1", _MATH_DELIMITERS.sub(" ", line)))
+    for words, sign, letters in _WORD_OPERATORS:
+        if not set(letters) & _digit_chars(base):
+            line = words.sub(sign, line)
+    return _own_base(base).sub("", line).strip()
+
+
+_WORD_OPERATORS = (  # (the words, the sign, their letters: in a base whose digits they hold, they are no words)
+    (re.compile(r"\bplus\b", re.IGNORECASE), "+", "plus"),
+    (re.compile(r"\b(?:times|multiplied\s+by)\b", re.IGNORECASE), "*", "timesmultipliedby"),
+)
+
+
+@cache
+def _own_base(base: int) -> re.Pattern[str]:
+    """A base annotation of the task's own base after a numeral: ``_2``, ``_{2}``, ``_(2)``, ``₂``."""
+    written, subscript = str(base), str(base).translate(str.maketrans("0123456789", "₀₁₂₃₄₅₆₇₈₉"))
+    return re.compile(rf"(?<=[0-9a-zA-Z])(?:_\{{{written}\}}|_\({written}\)|_{written}(?![0-9])|{subscript}(?![₀-₉]))")
 
 
 # Free form: a line that says it gives the final answer outranks the working before it.
@@ -569,46 +685,161 @@ def _json_answer(line: str, base: int, expression: str) -> Extraction | None:
     holds no such object."""
     for match in reversed(list(_JSON_OBJECT.finditer(line))):
         record = parse_json_line(match.group())
-        if not isinstance(record, dict):
-            continue
-        key = next((key for key in _JSON_KEYS if key in record), None)
-        if key is None:
-            continue
-        value = record[key]
-        if isinstance(value, bool) or not isinstance(value, (int, str)):
-            return Extraction(None, f"none: the JSON answer is {type(value).__name__}, not a numeral")
-        found = read_numeral(str(value), base, expression)
-        return Extraction(found, "json") if isinstance(found, str) else found
+        if isinstance(record, dict):
+            found = _json_field(record, base, expression)
+            if found is not None:
+                return found
     return None
 
 
+def _json_blocks(text: str, base: int, expression: str) -> list[tuple[int, int, Extraction | None]]:
+    """(start, end, its answer field's reading or None) of every JSON object that begins a line (a fenced block
+    included), however it is laid out: ``{`` ``"answer": 132`` ``}`` over several lines is one object. Only its
+    answer field is ever read; nothing inside it is read as a line."""
+    decoder, blocks, covered = json.JSONDecoder(), [], 0
+    for match in re.finditer(r"(?m)^[ \t>]*\{", text):
+        start = match.end() - 1
+        if start < covered:
+            continue
+        try:
+            record, end = decoder.raw_decode(text, start)
+        except (ValueError, RecursionError):
+            continue
+        if isinstance(record, dict):
+            blocks.append((start, end, _json_field(record, base, expression)))
+            covered = end
+    return blocks
+
+
+def _json_field(record: dict, base: int, expression: str) -> Extraction | None:
+    key = next((key for key in _JSON_KEYS if key in record), None)
+    if key is None:
+        return None
+    value = record[key]
+    if isinstance(value, bool) or not isinstance(value, (int, str)):
+        return Extraction(None, f"none: the JSON answer is {type(value).__name__}, not a numeral")
+    found = read_numeral(str(value), base, expression)
+    return Extraction(found, "json") if isinstance(found, str) else found
+
+
+# Free form: words by which an output takes back what it said just before ("Wait, no", "that is wrong", "(wrong)").
+_RETRACTION = re.compile(
+    r"\b(?:wait|oops|actually|hold\s+on|scratch\s+that|correction|on\s+second\s+thought"
+    r"|i\s+made\s+an?\s+(?:mistake|error)|let\s+me\s+(?:re-?check|re-?calculate|recompute|redo|correct))\b"
+    r"|\b(?:that|this|it)(?:'s|\s+is|\s+was)\s+(?:wrong|incorrect|not\s+(?:right|correct))\b"
+    r"|\b(?:is|was)\s+(?:wrong|incorrect)\b|\((?:wrong|incorrect)\)"
+    r"|(?:^|(?<=[.!?]\s))no\s*[,.!—–]",
+    re.IGNORECASE,
+)
+# After a retraction: "so it is 122", "that makes 122", the corrected answer in a pronoun's words.
+_CORRECTED = re.compile(
+    r"(?:\b(?:so|thus|hence|therefore|then)\s*,?\s*)?\b(?:it|that|the\s+(?:answer|result|sum|product))"
+    r"(?:'s|\s+is|\s+must\s+be|\s+should\s+be|\s+makes)\s+",
+    re.IGNORECASE,
+)
+# A line that only labels the answer on the line after it ("**Final Answer**", "Final Answer:", "The answer is:")
+_LABEL = re.compile(r"[\W_]*(?:the\s+)?(?:final\s+)?(?:answer|result)(?:\s+is)?[\W_]*", re.IGNORECASE)
+
+
+def _states(reading: Extraction | None) -> bool:
+    """Whether a reading is a statement of an answer (a numeral, or one refused as hedged or malformed), not a line
+    that says nothing about the question."""
+    return reading is not None and not reading.rule.startswith(_NOTHING_STATED)
+
+
 def _read_free(text: str, question: Question, base: int, expression: str) -> Extraction:
-    """A free-form answer (after any thinking): every line read as a first line is, with JSON answer fields besides.
-    The last line that states the final answer (a "final answer" / "the answer is" phrase, a box, a JSON answer
-    field) decides; without one, the last line that states an answer to the question (an equation about it, "X is
-    N"); a lone numeral counts only where it is the whole answer. A deciding line that hedges gives none."""
-    lines = [_clean(line) for line in text.splitlines() if line.strip()]
-    if not lines:
+    """A free-form answer (after any thinking), read as a careful grader reads it:
+
+    - every line is read as a first line is; a JSON object is read by its answer field only, however it is laid
+      out; a line that only labels the answer ("**Final Answer**", "Final Answer:") labels the next line; a line
+      that opens with '=' continues the line before it (an equation about what that line ended with);
+    - what an output takes back ("Wait, no", "that is wrong", "(wrong)") never stands: a statement just before such
+      words is void, and what follows them may state the corrected answer ("so it is 122");
+    - the last statement of the final answer (a "final answer" / "the answer is" phrase, a box, a JSON answer field)
+      decides; without one, the last line that states an answer to the question (an equation about it, "X is N");
+      without one, partial sums that take the asked operands in order; a lone numeral counts only where it is the
+      whole answer. A deciding statement that hedges gives none."""
+    blocks = _json_blocks(text, base, expression)
+    units: list[tuple[str, Extraction | None]] = []  # in order: ("line", None) or ("", a JSON object's reading)
+    cursor = 0
+    for start, end, reading in blocks:
+        units += [(line, None) for line in text[cursor:start].splitlines()]
+        units.append(("", reading))
+        cursor = end
+    units += [(line, None) for line in text[cursor:].splitlines()]
+    contents = [unit for unit in units if unit[0].strip() or unit[1] is not None]
+    if not contents:
         return Extraction(None, "none: no answer after the thinking")
-    explicit: list[Extraction] = []
-    stated: list[Extraction] = []
-    for line in lines:
-        reading = _json_answer(line, base, expression)
-        if reading is not None:
-            explicit.append(reading)
+    only = len(contents) == 1
+    readings: list[tuple[bool, Extraction]] = []  # (states the final answer, reading), in order
+    label, previous = False, ""
+    for raw, block in contents:
+        if not raw.strip():
+            if block is not None:
+                readings.append((True, block))
             continue
-        reading = _read_line(line, question, base, expression, allow_bare=len(lines) == 1)
-        if reading.rule.startswith(_NOTHING_STATED):
+        line = _clean(raw, base)
+        if _LABEL.fullmatch(line):
+            label = True
             continue
-        if reading.rule == "boxed" or _FINAL_PHRASE.search(line) or "\\boxed" in line:
-            final = reading.rule in ("keyword", "equals") and _FINAL_PHRASE.search(line)
-            explicit.append(Extraction(reading.answer, "final") if final and reading.answer else reading)
-        else:
-            stated.append(reading)
-    chosen = explicit or stated
+        if not re.search(r"[0-9a-zA-Z]", line):  # markup alone ("$$", a fence) between a label and its answer
+            continue
+        if label:
+            line, label = f"The final answer is {line}", False
+        elif line.lstrip(_MARKUP).startswith("=") and previous:
+            line = f"{previous} {line}"
+        previous = line
+        _read_free_line(line, question, base, expression, only, readings)
+    explicit = [reading for final, reading in readings if final]
+    chosen = explicit or [reading for _, reading in readings]
     if not chosen:
-        return Extraction(None, "none: no answer to the question stated")
+        steps = _partial_sums(_clean(text, base), question, base)
+        return steps or Extraction(None, "none: no answer to the question stated")
     return chosen[-1]
+
+
+def _read_free_line(
+    line: str, question: Question, base: int, expression: str, only: bool, readings: list[tuple[bool, Extraction]]
+) -> None:
+    """One line of a free-form answer into ``readings``, its retractions applied (see _read_free)."""
+    marks = list(_RETRACTION.finditer(line))
+    pieces = [line[: marks[0].start()] if marks else line]
+    pieces += [line[mark.end() : following.start()] for mark, following in zip(marks, marks[1:], strict=False)]
+    pieces += [line[marks[-1].end() :]] if marks else []
+    for number, piece in enumerate(pieces):
+        taken_back = number < len(pieces) - 1  # words that take something back follow this piece
+        reading = _free_reading(piece, question, base, expression, only and not marks, corrected=number > 0)
+        if taken_back:
+            if _states(reading[1] if reading else None):
+                continue  # the statement just before the retraction is void
+            if not _DECIMAL_NUMBER.search(piece) and readings:
+                readings.pop()  # nothing was said since the last statement: it is what is taken back
+            continue
+        if reading is not None and _states(reading[1]):
+            readings.append(reading)
+
+
+def _free_reading(
+    piece: str, question: Question, base: int, expression: str, only: bool, corrected: bool
+) -> tuple[bool, Extraction] | None:
+    """(states the final answer, reading) of a piece of a free-form line, or None where it says nothing."""
+    if not piece.strip():
+        return None
+    found = _json_answer(piece, base, expression)
+    if found is not None:
+        return True, found
+    reading = _read_line(piece, question, base, expression, allow_bare=only)
+    if not _states(reading) and corrected:
+        statement = next(reversed(list(_CORRECTED.finditer(piece))), None)  # the last one
+        if statement is not None:
+            found = read_numeral(piece[statement.end() : _clause(piece, statement.end(), len(piece))], base, expression)
+            return (False, Extraction(found, "keyword")) if isinstance(found, str) else None
+    if not _states(reading):
+        return None
+    if reading.rule == "boxed" or _FINAL_PHRASE.search(piece) or "\\boxed" in piece:
+        final = reading.rule in ("keyword", "equals") and _FINAL_PHRASE.search(piece)
+        return True, (Extraction(reading.answer, "final") if final and reading.answer else reading)
+    return False, reading
 
 
 def is_numeral(text: str, base: int) -> bool:

@@ -90,3 +90,45 @@ def test_readme_is_the_first_screen():
     for docs_page in sorted((ROOT / "docs").glob("*.md")):
         if docs_page.name != "README.md":
             assert f"docs/{docs_page.name}" in text, f"README links {docs_page.name}"
+
+
+# ---------------------------------------------------------------- numbers quoted from reports (issue 42)
+
+# docs/results.md, and README's paragraph on the main job: where every measured number must come from a report
+RESULTS_PAGES = {
+    "docs/results.md": lambda text: text,
+    "README.md": lambda text: text.split("## What the main job shows", 1)[1].split("\n## ", 1)[0],
+}
+
+
+@pytest.mark.parametrize("page", [str(page.relative_to(ROOT)) for page in PAGES])
+def test_every_number_a_page_quotes_from_a_report_is_the_reports(page):
+    """A quoted number carries a marker naming the report, rows and column it comes from (tests/quoted.py); it must
+    be that value, as written."""
+    from tests.quoted import check
+
+    assert check((ROOT / page).read_text(encoding="utf-8")) == []
+
+
+@pytest.mark.parametrize("page", list(RESULTS_PAGES))
+def test_the_results_pages_quote_no_measured_number_without_its_report(page):
+    from tests.quoted import unmarked
+
+    assert unmarked(RESULTS_PAGES[page]((ROOT / page).read_text(encoding="utf-8"))) == []
+
+
+def test_the_check_finds_the_numbers_the_round_4_audit_found_wrong():
+    """Three of the figures the audit found wrong in docs/results.md before issue 42, quoted with their reports'
+    rows: refused; the reports' own figures pass."""
+    from tests.quoted import check
+
+    def snapshots(sizes: range) -> str:
+        return ",".join(f"smollm2 fp32 +samples-{size}" for size in sizes)
+
+    base = "embedded-quick-n200 | series=smollm2 fp32 & task=iter_add:3 & length=1 | accuracy"
+    mul = f"embedded-curve | series={snapshots(range(1600, 9601, 1600))} & task=mul & length=2 | min:accuracy"
+    add = f"embedded-curve | series={snapshots(range(12800, 22401, 1600))} & task=add & length=4,5 | {{}}:accuracy"
+    quoted = [("0.065", "0.060", base), ("0.10", "0.03", mul), ("0.70", "0.63", add.format("min"))]
+    quoted.append(("0.73", "0.77", add.format("max")))
+    assert len(check(" ".join(f"{wrong}<!--= {key} -->" for wrong, _, key in quoted))) == 4
+    assert check(" ".join(f"{right}<!--= {key} -->" for _, right, key in quoted)) == []

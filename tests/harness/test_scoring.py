@@ -262,14 +262,8 @@ THE_QUESTIONS_OWN = [
     # a chain that starts from the question reads its last side; the operands in any order
     ("12 + 34 + 56 = 46 + 56 = 102", 10, "12 + 34 + 56", "102", True, "equals"),
     ("56 + 12 + 34 = 102", 10, "12 + 34 + 56", "102", True, "equals"),
-    (
-        "12 + 34 = 46 + 56 = 102",
-        10,
-        "12 + 34 + 56",
-        "102",
-        False,
-        "none: no answer to the question stated (its equations are about other expressions)",
-    ),
+    # the partial sums written as a run-on chain, the asked operands in order: their last sum (issue 42)
+    ("12 + 34 = 46 + 56 = 102", 10, "12 + 34 + 56", "102", True, "steps"),
     ("7 \\times 8 = 56", 10, "7 * 8", "56", True, "equals"),
     ("7 × 8 = 56", 10, "7 * 8", "56", True, "equals"),
     (
@@ -400,7 +394,7 @@ def test_a_marker_of_the_models_own_ends_the_thinking():
     output = "<reasoning>The final answer is 16.\n</reasoning>\n7 + 8 = 15"
     assert mode.split(output) == ("<reasoning>The final answer is 16.\n</reasoning>", "\n7 + 8 = 15")
     assert extract(output, 10, "7 + 8", mode).answer == "15"
-    assert extract(output, 10, "7 + 8", FREE).answer == "16", "under </think> the other block is read as the answer"
+    assert extract(output, 10, "7 + 8", FREE).answer == "15", "a known block is never read, whatever --think-end"
 
 
 def test_the_answer_mode_a_row_records_reads_back():
@@ -408,3 +402,114 @@ def test_the_answer_mode_a_row_records_reads_back():
         assert answer_mode(mode.describe()) == mode
     with pytest.raises(ValueError):
         answer_mode("free-form:many:</think>")
+
+
+# Round 4 (issue 42): reasoning models' answers read as a careful grader reads them. (output, expression, base, mode,
+# gold, right?, the rule that read it or a refusal's start)
+KIMI_END, MAGISTRAL = FreeForm(512, "◁/think▷"), FreeForm(512, "[/THINK]")
+ROUND_4 = [
+    # free form: thinking is never read, whatever its marker, closed or not
+    ("[THINK]Adding: the final answer is 132.", "47 + 85", 10, MAGISTRAL, "132", False, "none: no answer after"),
+    ("◁think▷The final answer is 132.", "47 + 85", 10, KIMI_END, "132", False, "none: no answer after"),
+    ("◁think▷The final answer is 132.", "47 + 85", 10, FREE, "132", False, "none: no answer after"),
+    ("[THINK]units[/THINK]The final answer is 132.", "47 + 85", 10, FREE, "132", True, "final"),
+    (
+        "<think>\nadd\n</think>\nThe answer is 15.\n<think>\nWait, the answer is 16",
+        "7 + 8",
+        10,
+        FREE,
+        "15",
+        True,
+        "final",
+    ),
+    # of several final statements the last stands; a retracted one never does
+    (
+        "The final answer is 132. Wait, no — 47 + 85: 7 + 5 = 12, carry 1, 4 + 8 + 1 = 13, so it is 122.",
+        "47 + 85",
+        10,
+        FREE,
+        "132",
+        False,
+        "keyword",
+    ),
+    ("The final answer is 122.\nThe final answer is 132.", "47 + 85", 10, FREE, "132", True, "final"),
+    ("47 + 85 = 122 (wrong)", "47 + 85", 10, FREE, "122", False, "none: no answer to the question"),
+    ("47 + 85 = 122, which is wrong. 47 + 85 = 132", "47 + 85", 10, FREE, "132", True, "equals"),
+    ("The answer is 132.\n(I first thought 122, but that was wrong.)", "47 + 85", 10, FREE, "132", True, "final"),
+    # JSON by its key, however laid out, never from another field
+    (
+        '{\n  "reasoning": "47 + 85 = 132 after the carry",\n  "answer": 131\n}',
+        "47 + 85",
+        10,
+        FREE,
+        "132",
+        False,
+        "json",
+    ),
+    ('```json\n{\n  "answer": 132\n}\n```', "47 + 85", 10, FREE, "132", True, "json"),
+    # a label's answer on the next line
+    ("Final Answer:\n132", "47 + 85", 10, FREE, "132", True, "final"),
+    ("**Final Answer**\n\n$$\n132\n$$", "47 + 85", 10, FREE, "132", True, "final"),
+    # chains with any arithmetic on the way
+    ("23 * 96 = 2300 - 92 = 2208", "23 * 96", 10, FREE, "2208", True, "equals"),
+    ("23 * 96 = 23 * 90 + 23 * 6 = 2070 + 138 = 2208", "23 * 96", 10, FREE, "2208", True, "equals"),
+    ("23 * 96 = (23 * 100) - (23 * 4) = 2208", "23 * 96", 10, FIRST_LINE, "2208", True, "equals"),
+    # a line that continues an expression is about that expression
+    ("Start with 27 + 48\n= 75\nthen add 19\n= 94", "27 + 48 + 19", 10, FREE, "75", False, "none"),
+    # first line: what round 3 lost, and what a reasoning model writes
+    ("(7 + 8) = 15", "7 + 8", 10, FIRST_LINE, "15", True, "equals"),
+    ("7 + 8 = 16 - 1 = 15", "7 + 8", 10, FIRST_LINE, "15", True, "equals"),
+    ("Answer = 15", "7 + 8", 10, FIRST_LINE, "15", True, "keyword"),
+    ("<think>7 and 8 make 15</think>7 + 8 = 15", "7 + 8", 10, FIRST_LINE, "15", True, "equals"),
+    ("47 plus 85 is 132.", "47 + 85", 10, FIRST_LINE, "132", True, "keyword"),
+    ("7 times 8 is 56.", "7 * 8", 10, FIRST_LINE, "56", True, "keyword"),
+    ("1011_2 + 110_2 = 10001_2", "1011 + 110", 2, FIRST_LINE, "10001", True, "equals"),
+    ("1011 + 110 = 17₁₀ = 10001₂", "1011 + 110", 2, FIRST_LINE, "10001", True, "equals"),
+    ("1011 + 110 = 17₁₀", "1011 + 110", 2, FIRST_LINE, "10001", False, "none"),
+    # partial sums that add exactly the asked operands in order: their last sum
+    ("27 + 48 = 75, 75 + 19 = 94", "27 + 48 + 19", 10, FIRST_LINE, "94", True, "steps"),
+    ("27 + 48 = 75, 75 + 19 = 95", "27 + 48 + 19", 10, FIRST_LINE, "94", False, "steps"),
+    ("27 + 48 = 76, 75 + 19 = 94", "27 + 48 + 19", 10, FIRST_LINE, "94", False, "none"),
+    ("27 + 19 = 46, 46 + 48 = 94", "27 + 48 + 19", 10, FIRST_LINE, "94", False, "none"),
+    ("27 + 48 = 75\n75 + 19 = 94", "27 + 48 + 19", 10, FREE, "94", True, "steps"),
+]
+
+
+@pytest.mark.parametrize(
+    "output,expression,base,mode,gold,verdict,rule", ROUND_4, ids=[f"{c[0][:40]}|{c[3].name}" for c in ROUND_4]
+)
+def test_round_4_reads_as_a_careful_grader(output, expression, base, mode, gold, verdict, rule):
+    extraction = extract(output, base, expression, mode)
+    assert is_correct(extraction.answer, gold, base) == verdict, extraction
+    assert extraction.rule.startswith(rule), extraction
+
+
+def test_a_retracted_final_answer_reads_the_correction():
+    output = "The final answer is 132. Wait, no — 47 + 85: 7 + 5 = 12, carry 1, 4 + 8 + 1 = 13, so it is 122."
+    assert extract(output, 10, "47 + 85", FREE).answer == "122"
+
+
+def docs_rules() -> list[tuple[str, str, str, str, int, str | None]]:
+    """The rows of docs/scoring.md's table of rules: (rule, mode, output, expression, base, answer)."""
+    text = (Path(__file__).resolve().parents[2] / "docs" / "scoring.md").read_text(encoding="utf-8")
+    table = text.split("### The rules", 1)[1].split("\n\n")[2]
+    rows = []
+    for line in table.splitlines()[2:]:
+        cells = [cell.strip() for cell in line.strip("|").split(" | ")]
+        rule, mode, _, output, asked, reads = cells
+        expression, _, base = asked.partition(" (")
+        unquote = output.strip("`").replace("\\\\", "\\").replace("⏎", "\n")
+        answer = None if reads == "none" else reads
+        rows.append((rule.strip("`"), mode, unquote, expression.strip("`"), int(base.rstrip(")") or 10), answer))
+    return rows
+
+
+@pytest.mark.parametrize("rule,mode,output,expression,base,answer", docs_rules(), ids=[r[2][:40] for r in docs_rules()])
+def test_every_row_of_the_docs_table_of_rules_reads_as_it_says(rule, mode, output, expression, base, answer):
+    modes = {"both": (FIRST_LINE, FREE), "first line": (FIRST_LINE,), "free form": (FREE,)}[mode]
+    for answer_mode_ in modes:
+        extraction = extract(output, base, expression, answer_mode_)
+        assert extraction.answer == answer, (answer_mode_.name, extraction)
+        if answer is not None and rule in RULES:
+            expected = "final" if answer_mode_ is FREE and rule == "keyword" and "answer" in output.lower() else rule
+            assert extraction.rule in (rule, expected), (answer_mode_.name, extraction)
