@@ -72,6 +72,33 @@ def random_llama(architecture: str, device: str, dtype_name: str):
     return model.eval(), tokenizer
 
 
+def bench_model(architecture: str, device: str, threads: int, rows: int):
+    """(model, backend, dtype, bytes of weights a decode step reads) for a bench: the random ``architecture`` on
+    ``device`` (fp32 on a CPU, bf16 on a GPU) behind the transformers backend, batch ``rows``."""
+    import torch
+
+    from harness.backends.hf import HFBackend
+    from harness.models import get_model, get_precision
+
+    torch.set_num_threads(threads)
+    dtype = "fp32" if device == "cpu" else "bf16"
+    model, tokenizer = random_llama(architecture, device, dtype)
+    backend = HFBackend.from_model(model, tokenizer, get_precision(get_model("smollm2"), dtype), batch_size=rows)
+    weight_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
+    embedding = model.get_input_embeddings().weight
+    if embedding is not model.get_output_embeddings().weight:  # a step gathers B rows of it, not all of it
+        weight_bytes -= embedding.numel() * embedding.element_size()
+    return model, backend, dtype, weight_bytes
+
+
+def header(architecture: str, device: str, dtype: str, rows: int) -> dict:
+    """What every decode bench's result starts with."""
+    import torch
+
+    name = torch.cuda.get_device_name(device) if device.startswith("cuda") else "cpu"
+    return {"architecture": architecture, "device": device, "device_name": name, "dtype": dtype, "rows": rows}
+
+
 def copy_rate(device: str, megabytes: int = 1024, seconds: float = 1.0) -> float:
     """Bytes per second the device moves in a large tensor copy (each byte read once and written once)."""
     import torch
@@ -96,30 +123,19 @@ def bench_decode(architecture: str, device: str, repeats: int, threads: int, row
     import torch
 
     from harness.backends import Sampling
-    from harness.backends.hf import HFBackend
     from harness.backends.shared_prefix import NAME as SHARED_PREFIX
-    from harness.models import get_model, get_precision
     from scratch.train import synchronize
 
-    torch.set_num_threads(threads)
-    dtype = "fp32" if device == "cpu" else "bf16"
-    model, tokenizer = random_llama(architecture, device, dtype)
-    backend = HFBackend.from_model(model, tokenizer, get_precision(get_model("smollm2"), dtype), batch_size=rows)
+    model, backend, dtype, weight_bytes = bench_model(architecture, device, threads, rows)
+    tokenizer = backend.tokenizer
     prompts = [p["prompt"] for p in quick_grid_problems(rows)]
     tokenizer.padding_side = "left"
     encoded = tokenizer(prompts, add_special_tokens=False, return_tensors="pt", padding=True).to(device)
-    weight_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
-    if not model.config.tie_word_embeddings:  # a step gathers B rows of the input embedding, not all of it
-        weight_bytes -= model.get_input_embeddings().weight.numel() * model.get_input_embeddings().weight.element_size()
     rate = copy_rate(device)
     roofline = rows * rate / weight_bytes
     log(f"decode {architecture} on {device}: copy {rate / 1e9:.0f} GB/s, {weight_bytes / 1e9:.2f} GB a step")
     results: dict = {
-        "architecture": architecture,
-        "device": device,
-        "device_name": torch.cuda.get_device_name(device) if device.startswith("cuda") else "cpu",
-        "dtype": dtype,
-        "rows": rows,
+        **header(architecture, device, dtype, rows),
         "budget": budget,
         "threads": threads,
         "copy_bytes_per_s": rate,
@@ -129,6 +145,8 @@ def bench_decode(architecture: str, device: str, repeats: int, threads: int, row
     for name in ("greedy", "paper"):
         sampling = Sampling.named(name)
         ours, theirs = [], []
+        model.set_attn_implementation(SHARED_PREFIX)
+        backend.generate(prompts, budget, sampling, seed=list(range(rows)))  # warm-up: compiling is timed apart
         for _ in range(repeats):
             model.set_attn_implementation(SHARED_PREFIX)
             synchronize(device)
@@ -163,6 +181,7 @@ def bench_decode(architecture: str, device: str, repeats: int, threads: int, row
             f"decode {name}: numprec {speed['numprec']:.0f} tok/s ({speed['numprec'] / roofline:.1%} of the "
             f"roofline), transformers {speed['transformers']:.0f} tok/s"
         )
+    results["compile_seconds"] = sum(backend.compile_seconds.values())
     results["paper_vs_greedy"] = results["greedy"]["numprec_tokens_per_s"] / results["paper"]["numprec_tokens_per_s"]
     results["vocabulary_seconds"] = vocabulary_seconds(model, rows, budget, device, repeats)
     return results
@@ -230,3 +249,116 @@ def decode_markdown(title: str, result: dict) -> list[str]:
             f"{r['speedup']:.1f}x | {fraction} |"
         )
     return [*lines, ""]
+
+
+def cell_prompts(backend, rows: int) -> list[str]:
+    """``rows`` problems of one cell of the quick grid (add, 2 digits), as harness.eval asks them: the few-shot
+    prompt in the chat template, so that the batch shares its ~170-token prefix as the harness's batches do."""
+    from harness.problems import Task, generate
+    from harness.prompts import user_message
+
+    return [backend.chat_prompt(user_message(problem)) for problem in generate(Task("add"), 10, 2, rows, seed=0)]
+
+
+def bench_cell(architecture: str, device: str, repeats: int, threads: int, rows: int = 256, budget: int = 32) -> dict:
+    """What the harness runs: one cell's batch through the transformers backend, after an untimed warm-up (its
+    seconds, and the first compile's, reported apart). The prefill (budget 1) against the FLOP bound of the matmul
+    rate measured here, each decode step against the weight-read floor of the copy rate measured here, and the
+    whole call against the bound that counts the shared prefix once (prefix and suffixes at the FLOP bound, each
+    step at the floor). Generation runs to the budget (a random model's text, read free-form) so every timed call
+    takes the same steps; on a GPU, the static path's host reads every k steps are timed for several k."""
+    import torch
+
+    from harness.answers import FreeForm
+    from harness.backends import Sampling
+    from scratch.train import measure_matmul_flops, synchronize
+
+    model, backend, dtype, weight_bytes = bench_model(architecture, device, threads, rows)
+    prompts, greedy, to_budget = cell_prompts(backend, rows), Sampling.named("greedy"), FreeForm(budget)
+    ids, prefix, _ = backend.prepare(prompts, [budget] * rows)
+    suffix_tokens = sum(len(row) - len(prefix) for row in ids)
+    head = model.get_output_embeddings().weight
+    embedding = model.get_input_embeddings().weight
+    body = sum(p.numel() for p in model.parameters()) - head.numel() - (0 if head is embedding else embedding.numel())
+    # matmul FLOPs: every token through the body once (the prefix once for all rows), the head for each row's last
+    prefill_flops = 2 * body * (len(prefix) + suffix_tokens) + 2 * head.numel() * rows
+    matmul = measure_matmul_flops(torch.float32 if dtype == "fp32" else torch.bfloat16, device=device)
+    rate = copy_rate(device)
+
+    def timed(steps: int) -> float:
+        """Median seconds of one call of ``steps`` new tokens a row, its prefix computed again each time."""
+        seconds = []
+        for _ in range(repeats):
+            backend._prefixes.clear()  # each call pays for its prefix once, as a cell's first batch does
+            synchronize(device)
+            started = time.perf_counter()
+            backend.generate(prompts, steps, greedy, answer=to_budget)
+            synchronize(device)
+            seconds.append(time.perf_counter() - started)
+        return median(seconds)
+
+    started = time.perf_counter()
+    backend.generate(prompts, budget, greedy, answer=to_budget)  # warm-up: compiles every shape timed below
+    synchronize(device)
+    first_call = time.perf_counter() - started
+    prefill, whole = timed(1), timed(budget)
+    step = (whole - prefill) / (budget - 1)
+    floor, prefill_bound = weight_bytes / rate, prefill_flops / matmul
+    result = {
+        **header(architecture, device, dtype, rows),
+        "budget": budget,
+        "prefix_tokens": len(prefix),
+        "suffix_tokens": suffix_tokens,
+        "first_call_s": first_call,
+        "compile_s": sum(backend.compile_seconds.values()),
+        "matmul_flops": matmul,
+        "copy_bytes_per_s": rate,
+        "prefill_s": prefill,
+        "prefill_bound_s": prefill_bound,
+        "decode_step_s": step,
+        "decode_floor_s": floor,
+        "call_s": whole,
+        "call_bound_s": prefill_bound + (budget - 1) * floor,
+        "static_decode": backend.static_decode,
+        "read_every": backend.read_every,
+    }
+    if backend.static_decode:  # the host's reads: every step, and every few
+        default = backend.read_every
+        result["step_s_by_read_every"] = {}
+        for every in (1, 4, 8, 16):
+            backend.read_every = every
+            result["step_s_by_read_every"][every] = (timed(budget) - prefill) / (budget - 1)
+        backend.read_every = default
+    log(
+        f"cell {architecture} on {device}: prefill {prefill * 1e3:.1f} ms ({prefill_bound / prefill:.0%} of its FLOP "
+        f"bound), decode step {step * 1e3:.2f} ms ({floor / step:.0%} of the weight-read floor), the call "
+        f"{result['call_bound_s'] / whole:.0%} of its bound; first call {first_call:.1f} s"
+    )
+    return result
+
+
+def cell_markdown(result: dict) -> list[str]:
+    """The cell bench as bench.run's results.md shows it."""
+    r = result
+    lines = [
+        f"## One cell as the harness runs it: random {r['architecture']} ({r['dtype']}) on {r['device']} "
+        f"({r['device_name']}), {r['rows']} rows of add n=2, {r['budget']} new tokens",
+        "",
+        f"Shared prefix {r['prefix_tokens']} tokens, {r['suffix_tokens']} suffix tokens in all; matmul "
+        f"{r['matmul_flops'] / 1e12:.2f} TFLOP/s and copy {r['copy_bytes_per_s'] / 1e9:,.0f} GB/s measured in the "
+        f"run. The first call (not timed) took {r['first_call_s']:.1f} s, of which compiling {r['compile_s']:.1f} s.",
+        "",
+        "| part | measured | bound | of the bound |",
+        "|---|---:|---:|---:|",
+        f"| prefill (budget 1) | {r['prefill_s'] * 1e3:,.1f} ms | {r['prefill_bound_s'] * 1e3:,.1f} ms (FLOPs) | "
+        f"{r['prefill_bound_s'] / r['prefill_s']:.0%} |",
+        f"| a decode step | {r['decode_step_s'] * 1e3:,.2f} ms | {r['decode_floor_s'] * 1e3:,.2f} ms (weight read) | "
+        f"{r['decode_floor_s'] / r['decode_step_s']:.0%} |",
+        f"| the call ({r['budget']} tokens a row) | {r['call_s'] * 1e3:,.1f} ms | {r['call_bound_s'] * 1e3:,.1f} ms | "
+        f"{r['call_bound_s'] / r['call_s']:.0%} |",
+        "",
+    ]
+    if r.get("step_s_by_read_every"):
+        steps = ", ".join(f"k={k}: {v * 1e3:.2f} ms" for k, v in r["step_s_by_read_every"].items())
+        lines += [f"Decode step by how often the host reads the tokens: {steps}.", ""]
+    return lines

@@ -41,7 +41,7 @@ from pathlib import Path
 import harness  # noqa: F401  (thread settings before torch loads)
 from bench.api import api_markdown, bench_api
 from bench.common import log, median, quick_grid_problems
-from bench.decode import bench_decode, decode_markdown
+from bench.decode import bench_cell, bench_decode, cell_markdown, decode_markdown
 from bench.rundir import bench_rundir, rundir_markdown
 from bench.train import bench_train, train_markdown
 from harness.answers import FIRST_LINE
@@ -354,8 +354,12 @@ def markdown(results: dict) -> str:
         lines.append("")
     if "eval_gpu" in results:
         lines += decode_markdown("Evaluation engine at the 8B scale", results["eval_gpu"])
+    if "eval_gpu_cell" in results:
+        lines += cell_markdown(results["eval_gpu_cell"])
     if "loop" in results:
         lines += decode_markdown("The decode loop's overhead", results["loop"])
+    if "loop_cell" in results:
+        lines += cell_markdown(results["loop_cell"])
     if "api" in results:
         lines += api_markdown(results["api"])
     if "rundir" in results:
@@ -413,6 +417,7 @@ def read_results_json(path: Path) -> dict:
         raise UserError(f"{err}; {remedy}") from None
     runs = results.get("runs", [])
     shapes = {"eval": dict, "eval_gpu": dict, "train": dict, "data": list, "memory": list, "loop": dict, "api": dict}
+    shapes |= {"eval_gpu_cell": dict, "loop_cell": dict}
     shapes["rundir"] = dict
     problem = None
     if not isinstance(runs, list) or not all(
@@ -457,6 +462,7 @@ def bench(args, sections: list[str], command: str) -> int:
         for section in sections:
             if section == "eval" and args.device != "cpu":
                 results["eval_gpu"] = bench_decode("llama-3.1-8b", args.device, args.repeats, args.threads)
+                results["eval_gpu_cell"] = bench_cell("llama-3.1-8b", args.device, args.repeats, args.threads)
             elif section == "eval":
                 results["eval"] = bench_eval(args.problems, args.repeats, args.threads, args.batch_size, work)
             elif section == "train":
@@ -467,6 +473,7 @@ def bench(args, sections: list[str], command: str) -> int:
                 results["memory"] = bench_memory(args.threads, args.batch_size, work, quick_grid_problems(16))
             elif section == "loop":
                 results["loop"] = bench_decode("tiny", args.device, args.repeats, args.threads)
+                results["loop_cell"] = bench_cell("tiny", args.device, args.repeats, args.threads)
             elif section == "api":
                 results["api"] = bench_api(args.repeats, args.threads)
             elif section == "rundir":

@@ -115,6 +115,7 @@ def summary_markdown(
     comparisons: Sequence[Comparison] = (),
     anatomy: Sequence[AnatomyRow] = (),
     length_comparisons: Sequence[LengthComparison] = (),
+    gpu_machines: frozenset[str] = frozenset(),
 ) -> str:
     lines = ["# Accuracy vs operand length", ""]
     if rows:
@@ -179,6 +180,7 @@ def summary_markdown(
             f"{row.footprint_mb:.0f} | "
             f"{sum(speed) / len(speed):.1f} |"
         )
+    lines += kernel_check_markdown(rows, gpu_machines)
     lines += served_markdown(rows)
     lines += (
         [
@@ -215,6 +217,35 @@ def training_overlap_markdown(rows: Sequence[CellResult]) -> list[str]:
             f"{kept.seed}."
         )
     return ["Training overlap:", "", *lines, ""] if lines else []
+
+
+SLOW_INT4 = 0.8  # public benchmarks: a wrong int4 kernel runs at 0.5-0.65x of bf16's rate, the right one at >= 0.9x
+
+
+def kernel_check_markdown(rows: Sequence[CellResult], gpu_machines: frozenset[str]) -> list[str]:
+    """On a GPU, a 4-bit series (AWQ, GPTQ) whose tokens/s is below SLOW_INT4 of the same model's bf16 series in
+    this run: a kernel worth checking (the rows name the one that ran)."""
+
+    def rate(own: list[CellResult]) -> float:
+        return sum(row.tokens_per_s for row in own) / len(own)
+
+    on_gpu = [row for row in rows if row.machine in gpu_machines]
+    series: dict[str, list[CellResult]] = {}
+    for row in on_gpu:
+        series.setdefault(series_label(row), []).append(row)
+    lines = []
+    for name, own in series.items():
+        first = own[0]
+        if first.method not in ("awq", "gptq"):
+            continue
+        bf16 = [r for r in on_gpu if (r.model, r.adapter, r.precision) == (first.model, first.adapter, "bf16")]
+        if bf16 and rate(own) < SLOW_INT4 * rate(bf16):
+            lines.append(
+                f"- **check the kernel**: {name} ran at {rate(own) / rate(bf16):.2f}x the tokens/s of "
+                f"{first.model} bf16 on this GPU (kernel {first.kernel or 'not recorded'}); the right int4 kernel "
+                f"runs at 0.9x or more, a wrong one at 0.5-0.65x"
+            )
+    return ["", *lines] if lines else []
 
 
 def served_markdown(rows: Sequence[CellResult]) -> list[str]:
@@ -343,13 +374,23 @@ def write_reports(out: Path, rows: Sequence[CellResult], commands: Sequence[str]
     atomic_write_text(out / "comparisons.csv", comparisons_csv(comparisons))
     atomic_write_text(out / "anatomy.csv", anatomy_csv(anatomy))
     atomic_write_bytes(out / "error_anatomy.png", anatomy_plot_png(anatomy))
-    atomic_write_text(out / "summary.md", summary_markdown(rows, commands, comparisons, anatomy, lengths))
+    summary = summary_markdown(rows, commands, comparisons, anatomy, lengths, gpu_machines(out))
+    atomic_write_text(out / "summary.md", summary)
     atomic_write_bytes(out / "accuracy_vs_length.png", accuracy_plot_png(rows))
     if any(row.tokens_mean for row in rows):  # a run written before lengths were recorded has none to report
         atomic_write_text(out / "lengths.csv", lengths_csv(lengths))
         atomic_write_bytes(out / "lengths.png", lengths_plot_png(rows, samples))
     if len({row.seed for row in rows}) > 1:
         atomic_write_text(out / "pooled.csv", pooled_csv(rows))
+
+
+def gpu_machines(out: Path) -> frozenset[str]:
+    """The ids of run.json's machines that have a GPU (none where it records none)."""
+    try:
+        machines = json.loads((out / "run.json").read_text(encoding="utf-8")).get("machines") or {}
+    except (OSError, ValueError, AttributeError):
+        return frozenset()
+    return frozenset(key for key, value in machines.items() if isinstance(value, dict) and value.get("gpu"))
 
 
 def pooled_csv(rows: Sequence[CellResult]) -> str:

@@ -4,6 +4,8 @@
   NUMPREC_VERBOSE=1 asks for them (harness/quiet.py).
 - OpenMP threads wait passively: spinning threads cost 2.5-6x on these shared 2-core machines
   (shared/notes/platform-facts.md, "Threads"); tokenizers do not fork thread pools.
+- torch.compile's caches (inductor's graphs, Triton's kernels) live under numprec's cache (~/.cache/numprec or
+  NUMPREC_CACHE), so a second process reuses what the first compiled.
 - Ctrl-C while the command is still importing torch and transformers (seconds, before any file is written) ends it
   with one line and exit status 130, not a KeyboardInterrupt traceback; ``harness.cli.run`` puts Python's own
   handler back once the command's main() starts, which then turns Ctrl-C into the same line after cleaning up.
@@ -18,6 +20,11 @@ from harness.quiet import silence_libraries
 
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# Compiled graphs and kernels kept beside numprec's other caches, so that a second process finds what the first
+# compiled (inductor's FX graph cache and Triton's kernels; harness/backends/hf.py announces a first compile)
+_CACHE = os.environ.get("NUMPREC_CACHE", os.path.join(os.path.expanduser("~"), ".cache", "numprec"))
+os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", os.path.join(_CACHE, "inductor"))
+os.environ.setdefault("TRITON_CACHE_DIR", os.path.join(_CACHE, "triton"))
 silence_libraries()
 
 

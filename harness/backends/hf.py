@@ -11,12 +11,17 @@ generate(), so that a row leaves the batch (and the KV cache) as soon as it has 
 from __future__ import annotations
 
 import os
+import sys
+import time
 import warnings
 from collections import OrderedDict
 
+import numpy as np
 import torch
+from tqdm import tqdm
 from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache, StaticCache
 
+from harness import awq_kernels
 from harness.answers import FIRST_LINE, AnswerMode, finishing_tokens
 from harness.autoawq import require_gptqmodel
 from harness.backends import ChatBackend, Generation, Sampling, feedable_prefix, shared_prefix
@@ -25,6 +30,11 @@ from harness.errors import UserError, one_line
 from harness.models import PrecisionSpec
 from harness.weights import quantization_config
 
+# The static path's host reads the tokens every this many decode steps: a read waits for the device, so reading
+# every step leaves a step's host work unoverlapped (the launch queue drains); reading late makes the device run up
+# to READ_EVERY - 1 steps past the batch's end. Not yet measured on a GPU (bench.run --only eval --device cuda
+# times 1, 4, 8 and 16); NUMPREC_READ_EVERY overrides it.
+READ_EVERY = 8
 TORCH_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 # Kernels that compute in another dtype than the model's. gptqmodel's CPU AWQ kernel casts activations and scales
 # to bfloat16 for aten's int4 matmul (_weight_int4pack_mm_for_cpu), so "awq-w4" on a CPU is W4A16 in bf16, not fp16
@@ -73,6 +83,9 @@ class HFBackend(ChatBackend):
         self._prefixes: OrderedDict[tuple[int, ...], DynamicCache] = OrderedDict()
         self._stop_ids = self._end_of_sequence_table()
         self._finishing: dict[AnswerMode, torch.Tensor] = {}
+        self._host: dict[AnswerMode, tuple[np.ndarray, np.ndarray]] = {}
+        # The static path's host reads the chosen tokens of this many steps at once (harness/backends/hf.py)
+        self.read_every = int(os.environ.get("NUMPREC_READ_EVERY", READ_EVERY))
         # On a GPU a decode step is bound by reading the weights and by launching hundreds of small kernels: there
         # every row stays in a static KV cache and the step is one CUDA graph. On a CPU, compute-bound, finished
         # rows leave the batch instead (the dynamic path).
@@ -84,6 +97,7 @@ class HFBackend(ChatBackend):
             torch.backends.cuda.matmul.allow_tf32 = False
             torch.set_float32_matmul_precision("highest")
         self.graphs = self.device == "cuda"  # the static path's steps run as CUDA graphs (else eagerly: tests)
+        self.compile_seconds: dict[tuple[int, int], float] = {}  # per step shape: its first call (compiling)
         self._step = None
         if self.graphs:
             self._step = torch.compile(self._forward, mode="reduce-overhead", dynamic=False)
@@ -219,8 +233,13 @@ class HFBackend(ChatBackend):
     def _decode_static(self, input_ids, attention, positions, prefix_length, budgets, sampler, prefix_kv, answer):
         """The GPU path: every row keeps its slot in a static KV cache until all have stopped, so each decode step
         has one shape (rows, cache length) and runs as one captured CUDA graph; a stopped row's further tokens
-        are computed and ignored (on a GPU a step costs the weights' reading, whatever the rows). Same stop rule,
-        sampling and one host transfer per step as ``_decode``, whose answers it gives (tested on CPU)."""
+        are computed and ignored (on a GPU a step costs the weights' reading, whatever the rows). Same stop rule
+        and sampling as ``_decode``, whose answers it gives (tested on CPU).
+
+        No step waits for the host: the chosen tokens stay on the device, each step's positions and mask are made
+        there, and the host reads the tokens of ``read_every`` steps at once (one transfer) to apply the stop rule
+        step by step, as ``_decode`` does; the device runs at most ``read_every - 1`` steps past the last row's
+        stop, and their tokens are never read."""
         rows, width = input_ids.shape
         steps = max(budgets)
         # Few shapes, so few graphs serve every cell: slots a power of two (the spare ones repeat the last row and
@@ -230,32 +249,42 @@ class HFBackend(ChatBackend):
         input_ids, attention, positions = input_ids[slots], attention[slots], positions[slots]
         mask = torch.zeros((size, length), dtype=torch.long, device=self.device)
         mask[:, :width] = attention.to(self.device)
-        tokens = torch.zeros((rows, steps), dtype=torch.long)
-        counts = torch.zeros(rows, dtype=torch.long)
-        budget = torch.tensor(budgets, dtype=torch.long)
-        running = torch.arange(size) < rows
+        chosen_steps = torch.zeros((size, steps), dtype=torch.long, device=self.device)
+        if sampler is not None:  # each slot's problem seed, on the device once
+            sampler = (sampler[0], sampler[1][slots.to(sampler[1].device)])
+        stop = _HostStop(self, rows, steps, budgets, answer)
         with torch.inference_mode():
-            kv = self._static_caches.get((size, length))
-            if kv is None:  # kept, as its graph is captured once; the two most recent only (an 8B model's: GBs each)
-                kv = self._static_caches[(size, length)] = StaticCache(config=self.model.config, max_cache_len=length)
-                while len(self._static_caches) > 2:
-                    self._static_caches.popitem(last=False)
-            self._static_caches.move_to_end((size, length))
-            kv.reset()
+            kv = self._static_cache(size, length)
             # The suffixes (their width varies from batch to batch) are fed eagerly; the steps after, in the graph.
             logits = self._forward(input_ids.to(self.device), mask, positions.to(self.device), kv, prefix_kv)
+            step_positions = positions[:, -1:].to(self.device)
+            read = 0  # steps whose tokens the host has read
             for step in range(steps):
-                chosen = self._choose(logits, sampler, slots, step).cpu()  # the step's one host synchronisation
-                live = torch.nonzero(running).flatten()
-                tokens[live, counts[live]] = chosen[live]
-                counts[live] += 1
-                running[live[self._stopped(chosen[live], live, tokens, counts, budget, answer)]] = False
-                if not bool(running.any()):
+                chosen = self._choose(logits, sampler, None, step)
+                chosen_steps[:, step] = chosen
+                if step + 1 - read >= self.read_every or step + 1 == steps:
+                    # the host's one read of these steps: their tokens, the stop rule applied step by step
+                    if stop.read(chosen_steps[:rows, read : step + 1].numpy(force=True)):
+                        break
+                    read = step + 1
+                if step + 1 == steps:
                     break
                 mask[:, width + step] = 1
-                step_positions = prefix_length + mask.sum(-1, keepdim=True) - 1
-                logits = self._graph_step(chosen.view(-1, 1).to(self.device), mask, step_positions, kv, prefix_kv)
-        return [tokens[row, : counts[row]].tolist() for row in range(rows)]
+                step_positions = step_positions + 1
+                logits = self._graph_step(chosen.view(-1, 1), mask, step_positions, kv, prefix_kv)
+        return stop.generated()
+
+    def _static_cache(self, size: int, length: int) -> StaticCache:
+        """The static KV cache of this shape, emptied: kept, as its graph is captured once; the two most recent only
+        (an 8B model's: GBs each)."""
+        kv = self._static_caches.get((size, length))
+        if kv is None:
+            kv = self._static_caches[(size, length)] = StaticCache(config=self.model.config, max_cache_len=length)
+            while len(self._static_caches) > 2:
+                self._static_caches.popitem(last=False)
+        self._static_caches.move_to_end((size, length))
+        kv.reset()
+        return kv
 
     def _forward(self, input_ids, attention_mask, position_ids, kv, prefix_kv) -> torch.Tensor:
         """The last position's logits, in float32."""
@@ -273,17 +302,36 @@ class HFBackend(ChatBackend):
     def _graph_step(self, input_ids, attention_mask, position_ids, kv, prefix_kv) -> torch.Tensor:
         if not self.graphs:
             return self._forward(input_ids, attention_mask, position_ids, kv, prefix_kv)
+        if prefix_kv:  # its length varies with the prompt template: one compiled step serves every length
+            for tensor in (tensor for pair in prefix_kv for tensor in pair):
+                torch._dynamo.mark_dynamic(tensor, 2)
+        shape = (input_ids.shape[0], attention_mask.shape[1])  # the step's bucket: slots, cache length
+        first = shape not in self.compile_seconds
+        if first:  # compiling takes a while on its first call: said, not silent (kept for the next process)
+            tqdm.write(
+                f"compiling the decode step for {shape[0]} rows x {shape[1]} positions (once per shape; "
+                f"torch.compile's cache: {os.environ.get('TORCHINDUCTOR_CACHE_DIR', 'its default')})",
+                file=sys.stderr,
+            )
+            started = time.perf_counter()
         torch.compiler.cudagraph_mark_step_begin()
         # A copy: the graph's output buffer is overwritten by its next replay.
-        return self._step(input_ids, attention_mask, position_ids, kv, prefix_kv).clone()
+        logits = self._step(input_ids, attention_mask, position_ids, kv, prefix_kv).clone()
+        if first:
+            if self.device == "cuda":
+                torch.cuda.synchronize()
+            self.compile_seconds[shape] = time.perf_counter() - started
+            tqdm.write(f"compiled the decode step in {self.compile_seconds[shape]:.1f} s", file=sys.stderr)
+        return logits
 
-    def _choose(self, logits: torch.Tensor, sampler, slots: torch.Tensor, step: int) -> torch.Tensor:
-        """Greedy argmax, or the paper's sampling with each row's own seeded noise."""
+    def _choose(self, logits: torch.Tensor, sampler, slots: torch.Tensor | None, step: int) -> torch.Tensor:
+        """Greedy argmax, or the paper's sampling with each row's own seeded noise (``slots``: the rows' seeds'
+        indices; None where the sampler's seeds are the rows' already)."""
         if sampler is None:
             return logits.argmax(-1)
         sampling, seeds = sampler
         values, candidates = warped_candidates(logits, sampling.temperature, sampling.top_k, sampling.top_p)
-        return gumbel_choice(values, candidates, seeds[slots.to(seeds.device)], step)
+        return gumbel_choice(values, candidates, seeds if slots is None else seeds[slots.to(seeds.device)], step)
 
     def _stopped(self, chosen, rows, tokens, counts, budget, answer: AnswerMode) -> torch.Tensor:
         """Which of ``rows``, having just produced ``chosen``, are done: an end-of-sequence token, the budget, or
@@ -297,6 +345,14 @@ class HFBackend(ChatBackend):
             )
         return done
 
+    def _host_tables(self, answer: AnswerMode) -> tuple[np.ndarray, np.ndarray]:
+        """The end-of-sequence and may-finish tables as numpy arrays, for the static path's host-side stop rule."""
+        if answer not in self._host:
+            if answer not in self._finishing:
+                self._finishing[answer] = finishing_tokens(self.tokenizer, len(self._stop_ids), answer)
+            self._host[answer] = (self._stop_ids.numpy(), self._finishing[answer].numpy())
+        return self._host[answer]
+
     def _end_of_sequence_table(self) -> torch.Tensor:
         """Per token id: does it end a sequence."""
         size = max(len(self.tokenizer), self.model.get_output_embeddings().weight.shape[0])
@@ -304,6 +360,42 @@ class HFBackend(ChatBackend):
         eos = set(_as_list(self.model.generation_config.eos_token_id)) | {self.tokenizer.eos_token_id}
         stop[[i for i in eos if i is not None]] = True
         return stop
+
+
+class _HostStop:
+    """The static path's stop rule, on the host: the tokens the host has read, each row's count, which rows still
+    run. Plain numpy arrays, so that no torch call here can wait on the device (a test counts the ones that do)."""
+
+    def __init__(self, backend: HFBackend, rows: int, steps: int, budgets: list[int], answer: AnswerMode):
+        self.backend, self.answer = backend, answer
+        self.tokens = np.zeros((rows, steps), dtype=np.int64)
+        self.counts = np.zeros(rows, dtype=np.int64)
+        self.budget = np.asarray(budgets, dtype=np.int64)
+        self.running = np.ones(rows, dtype=bool)
+        self.ends, self.finishing = backend._host_tables(answer)
+
+    def read(self, window: np.ndarray) -> bool:
+        """The chosen tokens of the steps in ``window`` (rows x steps), step by step as ``_stopped`` decides them;
+        True when every row has stopped."""
+        for column in range(window.shape[1]):
+            live = np.flatnonzero(self.running)
+            if not len(live):
+                break
+            chosen = window[live, column]
+            self.tokens[live, self.counts[live]] = chosen
+            self.counts[live] += 1
+            done = self.ends[chosen] | (self.counts[live] >= self.budget[live])
+            for slot in np.flatnonzero(self.finishing[chosen] & ~done):
+                row = live[slot]
+                text = self.backend.tokenizer.decode(
+                    self.tokens[row, : self.counts[row]].tolist(), skip_special_tokens=True
+                )
+                done[slot] = self.answer.done(text)
+            self.running[live[done]] = False
+        return not self.running.any()
+
+    def generated(self) -> list[list[int]]:
+        return [self.tokens[row, : self.counts[row]].tolist() for row in range(len(self.counts))]
 
 
 def linear_kernel(model: torch.nn.Module) -> str:
@@ -354,9 +446,20 @@ def _load_kwargs(precision: PrecisionSpec, device: str, weights: str) -> dict:
     if precision.prequantized:
         # The checkpoint carries its quantization_config: compressed-tensors (llm-compressor's GPTQ) or an
         # AutoAWQ/GPTQ checkpoint, which transformers 5 reads through gptqmodel (the llama-int4 preset's path).
-        if (quantization_config(weights) or {}).get("quant_method") in ("awq", "gptq"):
+        stored = quantization_config(weights) or {}
+        if stored.get("quant_method") in ("awq", "gptq"):
             require_gptqmodel()
-        return {"dtype": TORCH_DTYPES[precision.activation_dtype], "device_map": device}
+        kwargs = {"dtype": TORCH_DTYPES[precision.activation_dtype], "device_map": device}
+        if stored.get("quant_method") == "awq":
+            # gptqmodel's kernel, chosen and (where it must be) built before loading, each step said
+            kernel = awq_kernels.choose(device)
+            awq_kernels.prepare(kernel, lambda line: tqdm.write(line, file=sys.stderr))
+            if kernel.backend != "auto":
+                from transformers import AwqConfig
+
+                bits, group = stored.get("bits", 4), stored.get("group_size", 128)
+                kwargs["quantization_config"] = AwqConfig(bits=bits, group_size=group, backend=kernel.backend)
+        return kwargs
     raise UserError(f"precision {precision.name} (method {precision.method}) has no transformers loader")
 
 

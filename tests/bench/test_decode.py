@@ -42,3 +42,23 @@ def test_the_loop_section_times_both_loops_and_the_work_every_loop_shares():
     assert result["vocabulary_seconds"] > 0
     text = "\n".join(decode_markdown("The decode loop's overhead", result))
     assert "no decode loop can be more than" in text and "| greedy |" in text and "| paper |" in text
+
+
+def test_the_cell_bench_splits_a_harness_batch_into_prefill_and_decode_against_their_bounds():
+    """One cell's batch (its shared few-shot prefix) as the harness runs it, on the CPU: a warm-up apart, the prefill
+    against the FLOP bound, a decode step against the weight-read floor, the call against the bound that counts the
+    shared prefix once."""
+    from bench.decode import bench_cell, cell_markdown
+
+    result = bench_cell("tiny", "cpu", repeats=1, threads=1, rows=8, budget=6)
+    assert result["prefix_tokens"] > 100 and 0 < result["suffix_tokens"] < result["prefix_tokens"] * 8 / 4
+    assert result["first_call_s"] > 0 and result["compile_s"] == 0, "the CPU path compiles nothing"
+    for part, bound in (
+        ("prefill_s", "prefill_bound_s"),
+        ("decode_step_s", "decode_floor_s"),
+        ("call_s", "call_bound_s"),
+    ):
+        assert 0 < result[bound] < result[part] * 5, (part, result)
+    assert result["call_bound_s"] == result["prefill_bound_s"] + 5 * result["decode_floor_s"]
+    text = "\n".join(cell_markdown(result))
+    assert "| prefill (budget 1) |" in text and "| a decode step |" in text and "of which compiling 0.0 s" in text

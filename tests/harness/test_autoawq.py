@@ -11,8 +11,10 @@ import shutil
 import pytest
 import torch
 
+from harness import awq_kernels
 from harness.backends import Sampling
 from harness.backends.hf import HFBackend
+from harness.errors import UserError
 from harness.models import get_model, get_precision
 from harness.problems import Task, generate
 from harness.prompts import user_message
@@ -225,3 +227,66 @@ def test_on_cuda_the_awq_checkpoint_runs_on_gpu_kernels(tiny_autoawq):
     assert backend.device == "cuda" and backend.kernel not in CPU_KERNELS, backend.kernel
     layer = dict(backend.model.named_modules())["model.layers.0.mlp.down_proj"]
     assert layer.qweight.is_cuda
+
+
+class Pretended(awq_kernels.Machine):
+    """A GPU machine as the test says it is: what is built, what can be built, whether Triton is there; builds
+    are recorded, not run."""
+
+    def __init__(self, built: bool = False, can_build: bool = True, triton: bool = True):
+        self._built, self._can_build, self._triton, self.builds = built, can_build, triton, []
+
+    def built(self, extension):
+        return self._built
+
+    def can_build(self):
+        return self._can_build
+
+    def has_triton(self):
+        return self._triton
+
+    def build(self, extension):
+        self.builds.append(extension)
+        self._built = True
+
+    def build_seconds(self, extension):
+        return 117.0
+
+
+def test_the_awq_kernel_is_chosen_named_and_built_before_loading():
+    """On a GPU: Marlin when built, built first (said, and how long) where it can be, else a kernel with nothing to
+    build; NUMPREC_AWQ_KERNEL's choice; on the CPU gptqmodel's ATen kernel. Pretended machines: no GPU here."""
+    assert awq_kernels.choose("cuda", Pretended(built=True), wanted="") == awq_kernels.KERNELS["marlin"]
+    needs_build = Pretended(built=False)
+    kernel = awq_kernels.choose("cuda", needs_build, wanted="")
+    said: list[str] = []
+    assert kernel.name == "gptqmodel.AwqMarlinLinear" and awq_kernels.prepare(kernel, said.append, needs_build) >= 0
+    assert needs_build.builds == ["marlin_fp16"] and len(said) == 2
+    assert said[0].startswith("building gptqmodel's gptqmodel.AwqMarlinLinear kernel for AWQ int4 (once;")
+    assert "about 2 min" in said[0] and said[1].startswith("built gptqmodel.AwqMarlinLinear in ")
+    assert awq_kernels.prepare(kernel, said.append, needs_build) == 0 and len(said) == 2, "built once"
+    no_compiler = Pretended(built=False, can_build=False)
+    assert awq_kernels.choose("cuda", no_compiler, wanted="").name == "gptqmodel.AwqGEMMTritonLinear"
+    no_triton = Pretended(built=False, can_build=False, triton=False)
+    assert awq_kernels.choose("cuda", no_triton, wanted="").name == "gptqmodel.AwqTorchLinear"
+    assert awq_kernels.choose("cuda", Pretended(built=True), wanted="torch").name == "gptqmodel.AwqTorchLinear"
+    with pytest.raises(UserError, match="names no AWQ kernel"):
+        awq_kernels.choose("cuda", Pretended(), wanted="exllama")
+    assert awq_kernels.choose("cpu", Pretended(), wanted="marlin") == awq_kernels.CPU_KERNEL
+
+
+@pytest.mark.filterwarnings("ignore:You passed `quantization_config`:UserWarning")  # the backend is the point
+def test_the_kernel_named_before_loading_is_the_one_that_runs(tiny_autoawq):
+    """On this CPU the choice is named before the checkpoint loads, and the loaded model's layers are that kernel;
+    a backend passed down (torch's AWQ kernel) reaches gptqmodel's selection."""
+    from transformers import AutoModelForCausalLM, AwqConfig
+
+    from harness.backends.hf import linear_kernel
+
+    path = tiny_autoawq[0]
+    named = awq_kernels.choose("cpu").name
+    backend = HFBackend(str(path), get_precision(get_model("smollm2"), "awq-w4"), batch_size=2)
+    assert backend.kernel == named == "gptqmodel.TorchAtenAwqLinear"
+    config = AwqConfig(bits=4, group_size=64, backend=awq_kernels.KERNELS["torch"].backend)
+    model = AutoModelForCausalLM.from_pretrained(path, quantization_config=config, device_map="cpu")
+    assert linear_kernel(model) == awq_kernels.KERNELS["torch"].name

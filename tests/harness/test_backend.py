@@ -210,3 +210,89 @@ def test_only_float32_weights_are_stored_transposed():
         weight = model.model.layers[0].mlp.up_proj.weight
         assert weight.t().is_contiguous() is transposed and weight.is_contiguous() is not transposed
         assert all(torch.equal(p, before[name]) for name, p in model.named_parameters())
+
+
+class HostReads(torch.overrides.TorchFunctionMode):
+    """Counts what makes the host wait for the device: reading a tensor's values (item, tolist, numpy, cpu, bool,
+    int, float, index). On a GPU each is a synchronisation; on the CPU they are counted all the same."""
+
+    READS = {
+        torch.Tensor.item, torch.Tensor.tolist, torch.Tensor.numpy, torch.Tensor.cpu, torch.Tensor.__bool__,
+        torch.Tensor.__int__, torch.Tensor.__float__, torch.Tensor.__index__,
+    }  # fmt: skip
+
+    def __init__(self):
+        super().__init__()
+        self.reads: list[str] = []
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        if func in self.READS:
+            self.reads.append(func.__name__)
+        return func(*args, **(kwargs or {}))
+
+
+class Launches(torch.utils._python_dispatch.TorchDispatchMode):
+    """Counts the operators dispatched (on a GPU, each a kernel launch, or part of a captured graph's)."""
+
+    def __init__(self):
+        super().__init__()
+        self.count = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.count += 1
+        return func(*args, **(kwargs or {}))
+
+
+def test_the_static_path_reads_the_device_once_every_k_steps(tiny_llama):
+    """The GPU decode loop keeps chosen tokens, positions and masks on the device and reads the tokens of k steps
+    at once: counted here as the reads two budgets cost beyond each other (setup and prefill cancel), at most one per
+    k steps, with the answers of the path where rows leave the batch. The operators of a step are counted too."""
+    from harness.answers import FreeForm
+    from harness.backends.hf import HFBackend
+    from harness.models import get_model, get_precision
+
+    backend = HFBackend(str(tiny_llama), get_precision(get_model("smollm2"), "fp32"), batch_size=4)
+    _, prompts = prompts_for(backend, Task("add"), 2, 4, seed=7)
+    run_on = FreeForm(64)  # to the end of the turn: a random model runs to the budget, whatever it writes
+    backend.static_decode, backend.read_every = True, 4
+    counted = {}
+    for budget in (12, 36):
+        reads, launches = HostReads(), Launches()
+        with reads, launches:
+            static = backend.generate(prompts, budget, GREEDY, answer=run_on)
+        counted[budget] = (len(reads.reads), launches.count)
+        assert all(g.tokens == budget for g in static), "every row ran to the budget"
+    per_step_reads = (counted[36][0] - counted[12][0]) / 24
+    per_step_launches = (counted[36][1] - counted[12][1]) / 24
+    print(f"static path, 4 rows: {per_step_reads:.3f} host reads and {per_step_launches:.0f} operators a step")
+    assert per_step_reads <= 1 / backend.read_every
+    backend.static_decode = False
+    assert [g.text for g in backend.generate(prompts, 36, GREEDY, answer=run_on)] == [g.text for g in static]
+
+
+def test_one_compiled_step_serves_every_cell_of_a_grid_per_shape(tiny_llama, capsys):
+    """The quick grid's seven cells (two prompt templates: two prefix lengths) and a batch of another size, on the
+    static path with the step compiled (dynamo, counting its compilations): one compilation per step shape, each
+    announced with its duration, whatever the cell."""
+    from torch._dynamo.testing import CompileCounter
+
+    from harness.backends.hf import HFBackend
+    from harness.models import get_model, get_precision
+
+    backend = HFBackend(str(tiny_llama), get_precision(get_model("smollm2"), "fp32"), batch_size=16)
+    counter = CompileCounter()
+    backend.static_decode, backend.graphs = True, True
+    backend._step = torch.compile(backend._forward, backend=counter, dynamic=False)
+    grid = [(Task("add"), (1, 2, 3)), (Task("iter_add", 3), (1, 2)), (Task("mul"), (1, 2))]
+    for task, lengths in grid:
+        for length in lengths:
+            _, prompts = prompts_for(backend, task, length, 16)
+            backend.generate(prompts, FIRST_LINE.budget(task, 10, length, backend.count_tokens), GREEDY)
+    _, prompts = prompts_for(backend, Task("add"), 2, 8)
+    backend.generate(prompts, 12, GREEDY)
+    assert backend.graph_error is None
+    assert len(backend.compile_seconds) == 2, backend.compile_seconds  # 16 slots x 64, 8 slots x 64
+    assert counter.frame_count == len(backend.compile_seconds), "no recompilation beyond one per shape"
+    said = [line for line in capsys.readouterr().err.splitlines() if "decode step" in line]
+    assert len(said) == 4 and said[0].startswith("compiling the decode step for 16 rows x 64 positions")
+    assert said[1].startswith("compiled the decode step in ")

@@ -347,3 +347,27 @@ def test_a_deleted_samples_file_is_computed_again_not_reported_done(tmp_path):
     assert "2 of its 2 samples missing; it will be computed again" in again.stderr
     assert "already done" not in again.stderr
     assert (out / "samples.jsonl").read_text() == first, "the same seed gives the same samples back"
+
+
+def test_a_slow_int4_series_on_a_gpu_is_flagged_check_the_kernel():
+    """summary.md flags a 4-bit series below 0.8x its bf16 series' tokens/s, on a GPU only (the rows of a committed
+    run, given a GPU machine and the rates a wrong and a right kernel give)."""
+    from dataclasses import replace
+
+    from harness.report import summary_markdown
+    from harness.results import read_results
+    from tests.harness.helpers import ROOT
+
+    rows, _ = read_results(ROOT / "reports" / "quantization-cpu" / "results.csv")
+    base = [replace(r, machine="gpu1", tokens_per_s=1000.0) for r in rows if r.precision == "fp32"]
+    bf16 = [replace(r, precision="bf16", weight_dtype="bfloat16") for r in base]
+    awq = [
+        replace(r, precision="awq-w4", method="awq", kernel="gptqmodel.AwqTorchLinear", tokens_per_s=600.0)
+        for r in base
+    ]
+    flagged = summary_markdown(bf16 + awq, ["python -m harness.eval"], gpu_machines=frozenset({"gpu1"}))
+    assert "**check the kernel**: smollm2 awq-w4 ran at 0.60x the tokens/s of smollm2 bf16" in flagged
+    assert "gptqmodel.AwqTorchLinear" in flagged
+    fast = [replace(r, tokens_per_s=950.0) for r in awq]
+    assert "check the kernel" not in summary_markdown(bf16 + fast, [], gpu_machines=frozenset({"gpu1"}))
+    assert "check the kernel" not in summary_markdown(bf16 + awq, [], gpu_machines=frozenset()), "a CPU run: not"

@@ -145,7 +145,7 @@ needs_compiler = pytest.mark.skipif(not shutil.which("cc"), reason="torch.compil
 def test_a_compiled_pack_takes_the_eager_steps_of_each_run_alone(precision):
     """Packed runs without vmap: inductor compiles the stacked model's forward and backward on the CPU, and the
     compiled pack's losses equal the eager pack's and each run's made alone."""
-    runs = [replace(SMALL, seed=seed, precision=precision, steps=20, eval_every=5) for seed in range(2)]
+    runs = [replace(SMALL, seed=seed, precision=precision, depth=1, steps=20, eval_every=5) for seed in range(2)]
     lines: list[str] = []
     compiled = run_pack([replace(c, compile="on") for c in runs], [None] * 2, [lines.append, quiet])
     eager = run_pack(runs, [None] * 2, [quiet] * 2)
@@ -174,7 +174,7 @@ class FailingAt:
 
 @needs_compiler
 def test_a_compiled_step_that_fails_at_the_second_step_falls_back_and_trains_on():
-    configs = [replace(SMALL, seed=seed, compile="on") for seed in range(2)]
+    configs = [replace(SMALL, seed=seed, depth=1, compile="on") for seed in range(2)]
     said: list[str] = []
     pack = Pack(configs, torch.device("cpu"), say=said.append)
     eager = Pack([replace(c, compile="off") for c in configs], torch.device("cpu"), say=said.append)
