@@ -29,6 +29,14 @@ ARCHITECTURES = {
         "num_key_value_heads": 2,
         "tie_word_embeddings": True,
     },
+    "smollm2-135m": {  # the default model's architecture (SmolLM2-135M-Instruct)
+        "hidden_size": 576,
+        "intermediate_size": 1536,
+        "num_hidden_layers": 30,
+        "num_attention_heads": 9,
+        "num_key_value_heads": 3,
+        "tie_word_embeddings": True,
+    },
     "llama-3.1-8b": {
         "hidden_size": 4096,
         "intermediate_size": 14336,
@@ -265,7 +273,8 @@ def bench_cell(architecture: str, device: str, repeats: int, threads: int, rows:
     seconds, and the first compile's, reported apart). The prefill (budget 1) against the FLOP bound of the matmul
     rate measured here, each decode step against the weight-read floor of the copy rate measured here, and the
     whole call against the bound that counts the shared prefix once (prefix and suffixes at the FLOP bound, each
-    step at the floor). Generation runs to the budget (a random model's text, read free-form) so every timed call
+    step at the larger of the floor and its own FLOP bound: a CPU, or a GPU at a large batch, computes longer than
+    it reads). Generation runs to the budget (a random model's text, read free-form) so every timed call
     takes the same steps; on a GPU, the static path's host reads every k steps are timed for several k."""
     import torch
 
@@ -282,6 +291,7 @@ def bench_cell(architecture: str, device: str, repeats: int, threads: int, rows:
     body = sum(p.numel() for p in model.parameters()) - head.numel() - (0 if head is embedding else embedding.numel())
     # matmul FLOPs: every token through the body once (the prefix once for all rows), the head for each row's last
     prefill_flops = 2 * body * (len(prefix) + suffix_tokens) + 2 * head.numel() * rows
+    step_flops = 2 * (body + head.numel()) * rows  # a decode step: one token a row through the body and the head
     matmul = measure_matmul_flops(torch.float32 if dtype == "fp32" else torch.bfloat16, device=device)
     rate = copy_rate(device)
 
@@ -304,6 +314,7 @@ def bench_cell(architecture: str, device: str, repeats: int, threads: int, rows:
     prefill, whole = timed(1), timed(budget)
     step = (whole - prefill) / (budget - 1)
     floor, prefill_bound = weight_bytes / rate, prefill_flops / matmul
+    step_bound = max(floor, step_flops / matmul)  # a step reads the weights once and does its rows' FLOPs
     result = {
         **header(architecture, device, dtype, rows),
         "budget": budget,
@@ -317,8 +328,9 @@ def bench_cell(architecture: str, device: str, repeats: int, threads: int, rows:
         "prefill_bound_s": prefill_bound,
         "decode_step_s": step,
         "decode_floor_s": floor,
+        "decode_flop_bound_s": step_flops / matmul,
         "call_s": whole,
-        "call_bound_s": prefill_bound + (budget - 1) * floor,
+        "call_bound_s": prefill_bound + (budget - 1) * step_bound,
         "static_decode": backend.static_decode,
         "read_every": backend.read_every,
     }
@@ -354,6 +366,8 @@ def cell_markdown(result: dict) -> list[str]:
         f"{r['prefill_bound_s'] / r['prefill_s']:.0%} |",
         f"| a decode step | {r['decode_step_s'] * 1e3:,.2f} ms | {r['decode_floor_s'] * 1e3:,.2f} ms (weight read) | "
         f"{r['decode_floor_s'] / r['decode_step_s']:.0%} |",
+        f"| a decode step | | {r['decode_flop_bound_s'] * 1e3:,.2f} ms (FLOPs) | "
+        f"{r['decode_flop_bound_s'] / r['decode_step_s']:.0%} |",
         f"| the call ({r['budget']} tokens a row) | {r['call_s'] * 1e3:,.1f} ms | {r['call_bound_s'] * 1e3:,.1f} ms | "
         f"{r['call_bound_s'] / r['call_s']:.0%} |",
         "",
