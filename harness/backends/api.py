@@ -304,7 +304,6 @@ class APIBackend(ChatBackend):
         self.journal = Journal(journal)
         self.other_endpoints = check_resume(self.journal, endpoint)
         self.usage = {"prompt_tokens": 0, "completion_tokens": 0}
-        self._stop = threading.Event()
         # no token is longer than this many characters: a reply is cut to budget x this before it is tokenized
         self._token_chars = max((len(t) for t in tokenizer.get_vocab()), default=64) if tokenizer else 1
 
@@ -379,9 +378,9 @@ class APIBackend(ChatBackend):
         keys = [request_key(body) for body in bodies]
         todo = [i for i, key in enumerate(keys) if key not in self.journal.done]
         if todo:
-            calls = [lambda i=i: self._complete(bodies[i], keys[i], answer) for i in todo]
-            self._stop = threading.Event()  # set when the batch ends early: abandoned requests retry no more
-            run_abandoning(calls, min(self.endpoint.concurrency, len(todo)), self._stop)
+            stop = threading.Event()  # set when this batch ends early: its abandoned requests retry no more
+            calls = [lambda i=i: self._complete(bodies[i], keys[i], answer, stop) for i in todo]
+            run_abandoning(calls, min(self.endpoint.concurrency, len(todo)), stop)
         out = []
         for key in keys:
             record = self.journal.done[key]
@@ -401,13 +400,13 @@ class APIBackend(ChatBackend):
             )
         return out
 
-    def _complete(self, body: dict, key: str, answer: AnswerMode) -> None:
+    def _complete(self, body: dict, key: str, answer: AnswerMode, stop: threading.Event) -> None:
         """One problem's completion (continued while its first line is still blank), checked, cut to the request's
         budget and first line, and journaled."""
         text, prompt_tokens, completion_tokens, finish, model, where = "", 0, 0, None, None, ""
         request = dict(body)
         while True:
-            response, where = self._send(request)
+            response, where = self._send(request, stop)
             choice = response.choices[0]
             answered = getattr(response, "model", None)
             if not self.endpoint.accepts(answered):
@@ -462,7 +461,7 @@ class APIBackend(ChatBackend):
             return text, False
         return self.tokenizer.decode(ids[:budget]), True
 
-    def _send(self, request: dict):
+    def _send(self, request: dict, stop: threading.Event):
         """One request to the least busy replica, in a slot of the pacing: (the parsed reply, the endpoint that
         answered it). What HTTP says went wrong (408, 409, 429, 5xx, a timeout, a dropped
         connection) and a reply that is not valid JSON, not a completion, or whose text is not text, are retried with
@@ -478,7 +477,7 @@ class APIBackend(ChatBackend):
         create = client.chat.completions if self.endpoint.mode == "chat" else client.completions
         try:
             for attempt in range(self.endpoint.retries + 1):
-                if self._stop.is_set():  # the batch has ended (Ctrl-C, another request failed): ask no more
+                if stop.is_set():  # its batch has ended (Ctrl-C, another request failed): ask no more
                     raise UserError("abandoned: the run stopped")
                 ticket, outcome, wait = self.pacing.acquire(), "failed", None
                 try:
