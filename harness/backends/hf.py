@@ -82,8 +82,8 @@ class HFBackend(ChatBackend):
             self.pad_id = self.tokenizer.eos_token_id
         self._prefixes: OrderedDict[tuple[int, ...], DynamicCache] = OrderedDict()
         self._stop_ids = self._end_of_sequence_table()
-        self._finishing: dict[AnswerMode, torch.Tensor] = {}
-        self._host: dict[AnswerMode, tuple[np.ndarray, np.ndarray]] = {}
+        self._ends = self._stop_ids.numpy()
+        self._finishing: dict[AnswerMode, np.ndarray] = {}  # per answer mode: may a token finish an answer
         # The static path's host reads the chosen tokens of this many steps at once (harness/backends/hf.py)
         self.read_every = int(os.environ.get("NUMPREC_READ_EVERY", READ_EVERY))
         # On a GPU a decode step is bound by reading the weights and by launching hundreds of small kernels: there
@@ -135,8 +135,6 @@ class HFBackend(ChatBackend):
         answer: AnswerMode = FIRST_LINE,
     ):
         ids, prefix, cache = shared
-        if answer not in self._finishing:
-            self._finishing[answer] = finishing_tokens(self.tokenizer, len(self._stop_ids), answer)
         return self._generate_batch(prefix, cache, ids[rows], budgets, sampling, seeds, answer)
 
     def _prefix_cache(self, prefix: list[int]) -> list[tuple[torch.Tensor, torch.Tensor]] | None:
@@ -201,10 +199,8 @@ class HFBackend(ChatBackend):
         end-of-sequence ids, the budgets, and a table of the tokens that contain a newline; only a row that
         produced such a token has its text decoded, to see whether its first non-blank line is complete."""
         rows = len(input_ids)
-        tokens = torch.zeros((rows, max(budgets)), dtype=torch.long)
-        counts = torch.zeros(rows, dtype=torch.long)
-        budget = torch.tensor(budgets, dtype=torch.long)
-        active = torch.arange(rows)  # batch rows still generating, in KV-cache order
+        stop = _HostStop(self, rows, max(budgets), budgets, answer)
+        active = torch.arange(rows)  # batch rows still generating, in KV-cache order (the stop's running rows)
         with torch.inference_mode():
             step_ids, step_positions = input_ids, positions
             for step in range(max(budgets)):
@@ -216,9 +212,7 @@ class HFBackend(ChatBackend):
                     prefix_kv,
                 )
                 chosen = self._choose(logits, sampler, active, step).cpu()  # the step's one host synchronisation
-                tokens[active, counts[active]] = chosen
-                counts[active] += 1
-                done = self._stopped(chosen, active, tokens, counts, budget, answer)
+                done = torch.from_numpy(stop.step(chosen.numpy()))
                 if bool(done.all()):
                     break
                 if bool(done.any()):
@@ -228,7 +222,7 @@ class HFBackend(ChatBackend):
                 attention = torch.cat([attention, torch.ones((len(active), 1), dtype=torch.long)], dim=1)
                 step_ids = chosen.view(-1, 1)
                 step_positions = prefix_length + attention.sum(-1, keepdim=True) - 1
-        return [tokens[row, : counts[row]].tolist() for row in range(rows)]
+        return stop.generated()
 
     def _decode_static(self, input_ids, attention, positions, prefix_length, budgets, sampler, prefix_kv, answer):
         """The GPU path: every row keeps its slot in a static KV cache until all have stopped, so each decode step
@@ -333,25 +327,12 @@ class HFBackend(ChatBackend):
         values, candidates = warped_candidates(logits, sampling.temperature, sampling.top_k, sampling.top_p)
         return gumbel_choice(values, candidates, seeds if slots is None else seeds[slots.to(seeds.device)], step)
 
-    def _stopped(self, chosen, rows, tokens, counts, budget, answer: AnswerMode) -> torch.Tensor:
-        """Which of ``rows``, having just produced ``chosen``, are done: an end-of-sequence token, the budget, or
-        (decoded only for rows whose token may finish an answer: a newline, for the paper's first line) the answer
-        mode's stop."""
-        done = self._stop_ids[chosen] | (counts[rows] >= budget[rows])
-        for slot in torch.nonzero(self._finishing[answer][chosen] & ~done).flatten().tolist():
-            row = int(rows[slot])
-            done[slot] = answer.done(
-                self.tokenizer.decode(tokens[row, : counts[row]].tolist(), skip_special_tokens=True)
-            )
-        return done
-
-    def _host_tables(self, answer: AnswerMode) -> tuple[np.ndarray, np.ndarray]:
-        """The end-of-sequence and may-finish tables as numpy arrays, for the static path's host-side stop rule."""
-        if answer not in self._host:
-            if answer not in self._finishing:
-                self._finishing[answer] = finishing_tokens(self.tokenizer, len(self._stop_ids), answer)
-            self._host[answer] = (self._stop_ids.numpy(), self._finishing[answer].numpy())
-        return self._host[answer]
+    def _stop_tables(self, answer: AnswerMode) -> tuple[np.ndarray, np.ndarray]:
+        """Per token id, as numpy arrays: does it end a sequence, and may it finish an answer of this mode (a
+        newline, for the paper's first line; built once per mode)."""
+        if answer not in self._finishing:
+            self._finishing[answer] = finishing_tokens(self.tokenizer, len(self._stop_ids), answer).numpy()
+        return self._ends, self._finishing[answer]
 
     def _end_of_sequence_table(self) -> torch.Tensor:
         """Per token id: does it end a sequence."""
@@ -363,8 +344,10 @@ class HFBackend(ChatBackend):
 
 
 class _HostStop:
-    """The static path's stop rule, on the host: the tokens the host has read, each row's count, which rows still
-    run. Plain numpy arrays, so that no torch call here can wait on the device (a test counts the ones that do)."""
+    """The stop rule, on the host, for both decode paths: the tokens the host has read, each row's count, which rows
+    still run. A row is done at an end-of-sequence token, at its budget, or (its text decoded only after a token
+    that may finish an answer: a newline, for the paper's first line) where the answer mode says. Plain numpy
+    arrays, so that no torch call here can wait on the device (a test counts the ones that do)."""
 
     def __init__(self, backend: HFBackend, rows: int, steps: int, budgets: list[int], answer: AnswerMode):
         self.backend, self.answer = backend, answer
@@ -372,26 +355,30 @@ class _HostStop:
         self.counts = np.zeros(rows, dtype=np.int64)
         self.budget = np.asarray(budgets, dtype=np.int64)
         self.running = np.ones(rows, dtype=bool)
-        self.ends, self.finishing = backend._host_tables(answer)
+        self.ends, self.finishing = backend._stop_tables(answer)
+
+    def step(self, chosen: np.ndarray) -> np.ndarray:
+        """The tokens the running rows (in row order) chose at one step: recorded; which of them are done."""
+        live = np.flatnonzero(self.running)
+        self.tokens[live, self.counts[live]] = chosen
+        self.counts[live] += 1
+        done = self.ends[chosen] | (self.counts[live] >= self.budget[live])
+        for slot in np.flatnonzero(self.finishing[chosen] & ~done):
+            row = live[slot]
+            text = self.backend.tokenizer.decode(
+                self.tokens[row, : self.counts[row]].tolist(), skip_special_tokens=True
+            )
+            done[slot] = self.answer.done(text)
+        self.running[live[done]] = False
+        return done
 
     def read(self, window: np.ndarray) -> bool:
-        """The chosen tokens of the steps in ``window`` (rows x steps), step by step as ``_stopped`` decides them;
-        True when every row has stopped."""
+        """The chosen tokens of the steps in ``window`` (every row x steps), step by step; True when every row has
+        stopped (the tokens of a stopped row's later steps are ignored)."""
         for column in range(window.shape[1]):
-            live = np.flatnonzero(self.running)
-            if not len(live):
+            if not self.running.any():
                 break
-            chosen = window[live, column]
-            self.tokens[live, self.counts[live]] = chosen
-            self.counts[live] += 1
-            done = self.ends[chosen] | (self.counts[live] >= self.budget[live])
-            for slot in np.flatnonzero(self.finishing[chosen] & ~done):
-                row = live[slot]
-                text = self.backend.tokenizer.decode(
-                    self.tokens[row, : self.counts[row]].tolist(), skip_special_tokens=True
-                )
-                done[slot] = self.answer.done(text)
-            self.running[live[done]] = False
+            self.step(window[self.running, column])
         return not self.running.any()
 
     def generated(self) -> list[list[int]]:
