@@ -132,7 +132,9 @@ def planned_cells(spec: dict) -> set[CellKey] | None:
                         or [get_model(model).default_precision]
                     )
                     series += [[model, precision, adapter] for precision in precisions]
-        seeds = spec.get("seeds") or [spec["seed"]]
+        seeds = _seeds(spec)
+        if not seeds:
+            return None
         cells = set()
         for label, lengths in spec["grid"].items():
             task = parse_task(label)
