@@ -20,7 +20,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from harness.backends import Sampling, backend_for, check_thinking_switch, row_seeds
+from harness.backends import Sampling, backend_for, check_thinking_switch, read_every, row_seeds
 from harness.backends.api import Endpoint
 from harness.cli import ArgParser, input_path, int_list, name_list, output_dir, run, utf8
 from harness.config import SETTINGS, RunSpec, add_setting_flags, build_spec, load_config
@@ -113,6 +113,8 @@ def plan_variants(spec: RunSpec) -> list[Variant]:
         variants.append(Variant(model, precision, spec.adapter, backend))
     for name in dict.fromkeys(variant.model.name for variant in variants if variant.backend != "api"):
         check_thinking_before_loading(get_model(name), spec)
+    if any(variant.backend == "hf" for variant in variants):
+        read_every()  # the transformers backend's setting, said before any work when it is not one
     return variants
 
 

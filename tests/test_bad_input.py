@@ -917,3 +917,13 @@ def test_serve_on_a_port_in_use_is_one_line(capsys):
             run(importlib.import_module("harness.serve").main, ["--port", str(port)])
     lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
     assert exit_info.value.code == 2 and lines == [f"error: port {port} on 127.0.0.1 is in use; pass another --port"]
+
+
+def test_a_bad_read_every_is_one_line_before_any_work(tmp_path):
+    """NUMPREC_READ_EVERY (how often the GPU decode path reads the device) is read when the backend starts."""
+    result = run_module(
+        "harness.eval", "--tasks", "add", "--lengths", "1", "--samples", "2", "--precision", "fp32",
+        "--out", str(tmp_path / "run"), env={"NUMPREC_READ_EVERY": "often"},
+    )  # fmt: skip
+    assert_user_error(result, "NUMPREC_READ_EVERY='often': give a whole number of decode steps, at least 1")
+    assert not (tmp_path / "run").exists()

@@ -75,6 +75,21 @@ class Shard:
 SINGLE_PROCESS = Shard()
 
 
+# The transformers backend's static path (GPU) reads the tokens every this many decode steps: a read waits for the
+# device, so reading every step leaves a step's host work unoverlapped (the launch queue drains); reading late makes
+# the device run up to READ_EVERY - 1 steps past the batch's end. Not yet measured on a GPU (bench.run --only eval
+# --device cuda times 1, 4, 8 and 16); NUMPREC_READ_EVERY overrides it.
+READ_EVERY = 8
+
+
+def read_every() -> int:
+    """READ_EVERY, or NUMPREC_READ_EVERY's whole number of steps (at least 1); anything else is one line."""
+    text = os.environ.get("NUMPREC_READ_EVERY", str(READ_EVERY)).strip()
+    if not text.isdigit() or int(text) < 1:
+        raise UserError(f"NUMPREC_READ_EVERY={text!r}: give a whole number of decode steps, at least 1 (default 8)")
+    return int(text)
+
+
 def check_thinking_switch(tokenizer, thinking: str) -> None:
     """--thinking on|off needs a chat template with a thinking switch (enable_thinking, as Qwen3's has): one without
     is refused in one line (the switch would silently do nothing)."""

@@ -24,17 +24,12 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache, Stat
 from harness import awq_kernels
 from harness.answers import FIRST_LINE, AnswerMode, finishing_tokens
 from harness.autoawq import require_gptqmodel
-from harness.backends import ChatBackend, Generation, Sampling, feedable_prefix, shared_prefix
+from harness.backends import ChatBackend, Generation, Sampling, feedable_prefix, read_every, shared_prefix
 from harness.backends.sampling import gumbel_choice, warped_candidates
 from harness.errors import UserError, one_line
 from harness.models import PrecisionSpec
 from harness.weights import quantization_config
 
-# The static path's host reads the tokens every this many decode steps: a read waits for the device, so reading
-# every step leaves a step's host work unoverlapped (the launch queue drains); reading late makes the device run up
-# to READ_EVERY - 1 steps past the batch's end. Not yet measured on a GPU (bench.run --only eval --device cuda
-# times 1, 4, 8 and 16); NUMPREC_READ_EVERY overrides it.
-READ_EVERY = 8
 TORCH_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 # Kernels that compute in another dtype than the model's. gptqmodel's CPU AWQ kernel casts activations and scales
 # to bfloat16 for aten's int4 matmul (_weight_int4pack_mm_for_cpu), so "awq-w4" on a CPU is W4A16 in bf16, not fp16
@@ -85,7 +80,7 @@ class HFBackend(ChatBackend):
         self._ends = self._stop_ids.numpy()
         self._finishing: dict[AnswerMode, np.ndarray] = {}  # per answer mode: may a token finish an answer
         # The static path's host reads the chosen tokens of this many steps at once (harness/backends/hf.py)
-        self.read_every = int(os.environ.get("NUMPREC_READ_EVERY", READ_EVERY))
+        self.read_every = read_every()
         # On a GPU a decode step is bound by reading the weights and by launching hundreds of small kernels: there
         # every row stays in a static KV cache and the step is one CUDA graph. On a CPU, compute-bound, finished
         # rows leave the batch instead (the dynamic path).
