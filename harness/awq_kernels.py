@@ -87,15 +87,22 @@ class Machine:
             return 0.0
 
 
+def wanted_kernel(wanted: str | None = None) -> str:
+    """NUMPREC_AWQ_KERNEL's choice ('' for none; ``wanted`` instead where given), one line when it names none:
+    harness.eval asks before any work, whatever the machine."""
+    wanted = os.environ.get(CHOICE, "") if wanted is None else wanted
+    if wanted and wanted not in KERNELS:
+        raise UserError(f"{CHOICE}={wanted} names no AWQ kernel; use one of {', '.join(KERNELS)}")
+    return wanted
+
+
 def choose(device: str, machine: Machine | None = None, wanted: str | None = None) -> Kernel:
     """The kernel an AWQ checkpoint will run on ``device`` (see the module docstring)."""
     machine = machine or Machine()
-    wanted = os.environ.get(CHOICE) if wanted is None else wanted
+    wanted = wanted_kernel(wanted)
     if not device.startswith("cuda"):
         return CPU_KERNEL
     if wanted:
-        if wanted not in KERNELS:
-            raise UserError(f"{CHOICE}={wanted} names no AWQ kernel; use one of {', '.join(KERNELS)}")
         return KERNELS[wanted]
     marlin = KERNELS["marlin"]
     if machine.built(marlin.extension) or machine.can_build():

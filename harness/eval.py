@@ -20,6 +20,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
+from harness import awq_kernels
 from harness.backends import Sampling, backend_for, check_thinking_switch, read_every, row_seeds
 from harness.backends.api import Endpoint
 from harness.cli import ArgParser, input_path, int_list, name_list, output_dir, run, utf8
@@ -115,6 +116,8 @@ def plan_variants(spec: RunSpec) -> list[Variant]:
         check_thinking_before_loading(get_model(name), spec)
     if any(variant.backend == "hf" for variant in variants):
         read_every()  # the transformers backend's setting, said before any work when it is not one
+    if any(variant.precision.method == "awq" and variant.backend == "hf" for variant in variants):
+        awq_kernels.wanted_kernel()
     return variants
 
 

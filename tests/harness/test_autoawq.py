@@ -290,3 +290,13 @@ def test_the_kernel_named_before_loading_is_the_one_that_runs(tiny_autoawq):
     config = AwqConfig(bits=4, group_size=64, backend=awq_kernels.KERNELS["torch"].backend)
     model = AutoModelForCausalLM.from_pretrained(path, quantization_config=config, device_map="cpu")
     assert linear_kernel(model) == awq_kernels.KERNELS["torch"].name
+
+
+def test_an_awq_kernel_that_does_not_exist_is_one_line_before_any_work(tiny_autoawq, tmp_path):
+    out = tmp_path / "run"
+    result = run_module(
+        "harness.eval", "--precision", "awq-w4", "--model-path", str(tiny_autoawq[0]), "--lengths", "1",
+        "--samples", "2", "--out", str(out), env={"NUMPREC_AWQ_KERNEL": "exllama"},
+    )  # fmt: skip
+    assert_user_error(result, "NUMPREC_AWQ_KERNEL=exllama names no AWQ kernel; use one of marlin, triton, torch")
+    assert not out.exists()
