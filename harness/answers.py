@@ -13,12 +13,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from harness.problems import DIGITS, Task
+from harness.scoring.thinking import split_thinking
 
 
 class AnswerMode:
     """What every answer mode says. ``name`` is recorded in each run."""
 
     name = "answer mode"
+    free_form = False  # read by the free-form rules (harness/scoring/free.py), or as a first line
     # what a server is asked to stop at (it drops the stop string), and whether a completion whose text is still
     # blank there is continued (a server stops at a newline before the first line has begun)
     server_stop: tuple[str, ...] = ()
@@ -96,35 +98,6 @@ class FirstLine(AnswerMode):
 
 FIRST_LINE = FirstLine()
 
-# The thinking blocks of the models in use, (opens, ends): DeepSeek-R1 / Qwen3, Claude-style, others', Mistral's
-# Magistral, Kimi's, OpenThoughts'. A --think-end of another model's adds its own pair (``opener_of``).
-THINKING = (
-    ("<think>", "</think>"),
-    ("<thinking>", "</thinking>"),
-    ("<reasoning>", "</reasoning>"),
-    ("[THINK]", "[/THINK]"),
-    ("◁think▷", "◁/think▷"),
-    ("<|begin_of_thought|>", "<|end_of_thought|>"),
-)
-
-
-def opener_of(end: str) -> str:
-    """The marker that opens the block ``end`` closes: ``</x>`` -> ``<x>``, ``[/X]`` -> ``[X]``, ``◁/think▷`` ->
-    ``◁think▷`` (its first slash left out)."""
-    return end.replace("/", "", 1)
-
-
-def split_thinking(text: str, pairs: tuple[tuple[str, str], ...] = THINKING) -> tuple[str, str]:
-    """(thinking, answer) of a generation: everything through the last end of a thinking block is thinking; a block
-    opened and never closed is thinking to the end (opened before any answer: there is no answer yet; reopened after
-    one: the answer ends where it opens). Thinking is never read for the answer."""
-    cut = max((text.rfind(end) + len(end) for _, end in pairs if end in text), default=0)
-    thinking, rest = text[:cut], text[cut:]
-    opens = [rest.find(start) for start, _ in pairs if start in rest]
-    if opens:
-        return thinking + rest[min(opens) :], rest[: min(opens)]
-    return thinking, rest
-
 
 def finishing_tokens(tokenizer, size: int, answer: AnswerMode):
     """Per token id (a table of ``size``): can producing it finish an answer of this mode (``may_finish`` of its
@@ -152,12 +125,13 @@ class FreeForm(AnswerMode):
     """An answer in the model's own words, as models that reason first give it: generation runs to the end of the
     model's turn (its end-of-sequence token) within ``max_new_tokens``; a thinking block that ends at ``think_end``
     (``<think>...</think>``, or the marker a model uses) is kept in the sample but never read for the answer; the
-    answer is read from what follows it, by the free-form rules of harness/scoring.py. A generation the budget cut
+    answer is read from what follows it, by the free-form rules of harness/scoring/free.py. A generation the budget cut
     before its end is truncated: its own verdict, never silently wrong."""
 
     max_new_tokens: int = 512
     think_end: str = "</think>"
     name = "free-form"
+    free_form = True
 
     def budget(self, task: Task, base: int, length: int, count_tokens: Callable[[str], int]) -> int:
         return self.max_new_tokens
@@ -174,9 +148,7 @@ class FreeForm(AnswerMode):
     def split(self, text: str) -> tuple[str, str]:
         """(thinking, answer) by ``split_thinking``, with ``think_end``'s block besides the known ones: a block
         closed by any of them, or opened and never closed, is never read."""
-        known = {end for _, end in THINKING}
-        pairs = THINKING if self.think_end in known else (*THINKING, (opener_of(self.think_end), self.think_end))
-        return split_thinking(text, pairs)
+        return split_thinking(text, self.think_end)
 
     def answer_text(self, text: str) -> str:
         return self.split(text)[1]

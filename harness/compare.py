@@ -28,7 +28,16 @@ from dataclasses import dataclass, fields, replace
 from typing import TypeVar
 
 from harness.results import csv_text
-from harness.scoring import wilson_interval
+
+
+def wilson_interval(correct: int, n: int, confidence: float = 0.95) -> tuple[float, float]:
+    """Wilson score interval for a binomial proportion (well behaved at 0 and 1, unlike the normal one)."""
+    if n == 0:
+        return 0.0, 1.0
+    from scipy.stats import binomtest  # here, not at import: scipy.stats costs every command 0.7 s to load
+
+    ci = binomtest(correct, n).proportion_ci(confidence_level=confidence, method="wilson")
+    return float(ci.low), float(ci.high)
 
 
 @dataclass(frozen=True)

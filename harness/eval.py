@@ -24,6 +24,7 @@ from harness import awq_kernels
 from harness.backends import Sampling, backend_for, check_thinking_switch, read_every, row_seeds
 from harness.backends.api import Endpoint
 from harness.cli import ArgParser, input_path, int_list, name_list, output_dir, run, utf8
+from harness.compare import wilson_interval
 from harness.config import SETTINGS, RunSpec, add_setting_flags, build_spec, load_config
 from harness.errors import UserError
 from harness.evidence import sample_digest
@@ -35,7 +36,7 @@ from harness.prompts import template_name, user_message
 from harness.report import write_reports
 from harness.results import CellResult, cell_key
 from harness.rundir import RunDir
-from harness.scoring import is_correct, judge, wilson_interval
+from harness.scoring import CONFLICT, is_correct, judge
 from harness.trackers import WRITES, Trackers, add_report_to_flag, check_folders
 from harness.weights import (
     check_adapter_dir,
@@ -299,7 +300,7 @@ def score_cell(backend, cell: Cell, spec: RunSpec, generations, wall: float, tok
         "base": spec.base,
         "length": length,
     }
-    samples, correct, no_answer = [], 0, 0
+    samples, correct, no_answer, conflicts = [], 0, 0, 0
     for problem, prompt, generation in zip(problems, prompts, generations, strict=True):
         truncated = not generation.finished
         extraction = judge(generation.text, spec.base, problem.expression, spec.answer, truncated)
@@ -307,6 +308,7 @@ def score_cell(backend, cell: Cell, spec: RunSpec, generations, wall: float, tok
         hit = is_correct(answer, problem.answer, spec.base)
         correct += hit
         no_answer += answer is None
+        conflicts += extraction.rule == CONFLICT
         thinking = spec.answer.split(generation.text)[0]
         samples.append(
             {
@@ -353,6 +355,7 @@ def score_cell(backend, cell: Cell, spec: RunSpec, generations, wall: float, tok
         adapter=variant.adapter or "",
         backend=backend.name,
         no_answer=no_answer,
+        conflicts=conflicts,
         gen_tokens=tokens,
         wall_s=wall,
         tokens_per_s=tokens_per_s,

@@ -9,8 +9,9 @@ the model's output, the answer read from it and the verdict). On resume (harness
 - each sample's evidence (problem, prompt, output, gold) still has the digest written with it: an output rewritten
   by hand no longer matches, and a sample whose digest was removed counts as edited (a run written before digests
   were, where no sample has one, is read as it is and given digests by the next command that opens it);
-- each verdict is read again from the output by the current scorer (harness/scoring.py);
-- the row is recomputed from the verdicts: correct, unreadable answers, accuracy and its Wilson interval.
+- each verdict is read again from the output by the current scorer (harness/scoring/);
+- the row is recomputed from the verdicts: correct, unreadable answers and conflicts, accuracy and its Wilson
+  interval.
 
 A cell passes (``ok``), is rewritten from its samples (``rewritten``: a verdict or a row disagreed with what the
 evidence says), or cannot be trusted (``untrusted``: samples missing, foreign or edited). harness.eval computes an
@@ -25,9 +26,10 @@ import math
 from dataclasses import dataclass, replace
 
 from harness.answers import answer_mode
+from harness.compare import wilson_interval
 from harness.problems import Task, generate
 from harness.results import CellResult, Sample
-from harness.scoring import is_correct, judge, wilson_interval
+from harness.scoring import CONFLICT, is_correct, judge
 
 # What the digest covers: the evidence, not what is derived from it (extracted, rule, correct are read again).
 EVIDENCE = ("model", "precision", "adapter", "task", "operands", "truncate", "base", "length", "index")
@@ -78,13 +80,14 @@ def check_cell_evidence(row: CellResult, samples: dict[int, Sample], digests: bo
             change = "its digest differs" if "digest" in sample else "its digest was removed"
             why = f"sample {sample['index']} was edited ({change})"
             return CellCheck("untrusted", why, row, found, [], 0)
-    rescored, changed, readings, no_answer = [], [], 0, 0
+    rescored, changed, readings, no_answer, conflicts = [], [], 0, 0, 0
     mode = answer_mode(row.answer_mode)
     for sample in found:
         extraction = judge(sample["output"], row.base, sample["expression"], mode, bool(sample.get("truncated")))
         verdict = is_correct(extraction.answer, sample["gold"], row.base)
         readings += extraction.answer != sample.get("extracted")
         no_answer += extraction.answer is None
+        conflicts += extraction.rule == CONFLICT
         if verdict != sample["correct"]:
             changed.append(
                 f"{row.model} {row.precision} {sample['expression']} = {sample['gold']}: "
@@ -94,10 +97,18 @@ def check_cell_evidence(row: CellResult, samples: dict[int, Sample], digests: bo
         rescored.append({**sample, "extracted": extraction.answer, "rule": extraction.rule, "correct": verdict})
     correct = sum(sample["correct"] for sample in rescored)
     low, high = wilson_interval(correct, row.n)
-    fixed = replace(row, correct=correct, accuracy=correct / row.n, ci_low=low, ci_high=high, no_answer=no_answer)
+    fixed = replace(
+        row,
+        correct=correct,
+        accuracy=correct / row.n,
+        ci_low=low,
+        ci_high=high,
+        no_answer=no_answer,
+        conflicts=conflicts,
+    )
     differs = [
         f"{name} {getattr(row, name)} -> {getattr(fixed, name)}"
-        for name in ("correct", "no_answer")
+        for name in ("correct", "no_answer", "conflicts")
         if getattr(row, name) != getattr(fixed, name)
     ] + [
         f"{name} {getattr(row, name)} -> {round(getattr(fixed, name), 4)}"

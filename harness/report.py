@@ -25,7 +25,7 @@ import yaml
 
 from harness.anatomy import AnatomyRow, anatomy_csv, anatomy_markdown, anatomy_plot_png, anatomy_rows
 from harness.cli import ArgParser, command_line, input_path, output_dir, run
-from harness.compare import Comparison, comparisons_csv, comparisons_markdown, paired_comparisons
+from harness.compare import Comparison, comparisons_csv, comparisons_markdown, paired_comparisons, wilson_interval
 from harness.evidence import invocation_digest
 from harness.figures import accuracy_axes, figure_png
 from harness.files import atomic_write_bytes, atomic_write_text
@@ -38,7 +38,6 @@ from harness.problems import parse_task
 from harness.prompts import prompt_deviations
 from harness.results import CellKey, CellResult, Sample, results_csv_text, slim
 from harness.rundir import sample_line, where_and_when
-from harness.scoring import wilson_interval
 
 BASE_10_ONLY = 10  # the paper's reference table is base 10
 MARKERS = "osD^vP*X"
@@ -67,6 +66,7 @@ class Pooled:
     correct: int
     n: int
     no_answer: int
+    conflicts: int
     seeds: int
     lowest: float
     highest: float
@@ -79,7 +79,8 @@ class Pooled:
         accuracies = [row.correct / row.n for row in rows]
         correct, n = sum(row.correct for row in rows), sum(row.n for row in rows)
         sd = statistics.stdev(accuracies) if len(accuracies) > 1 else 0.0
-        return cls(correct, n, sum(row.no_answer for row in rows), len(rows), min(accuracies), max(accuracies), sd)
+        unread, conflicts = sum(row.no_answer for row in rows), sum(row.conflicts for row in rows)
+        return cls(correct, n, unread, conflicts, len(rows), min(accuracies), max(accuracies), sd)
 
     @property
     def accuracy(self) -> float:
@@ -307,13 +308,14 @@ def invariance_markdown(rows: Sequence[CellResult]) -> list[str]:
 
 
 def unreadable_markdown(rows: Sequence[CellResult]) -> list[str]:
-    """Per cell, how many answers the strict reader could not find (harness/scoring.py; reasons in samples.jsonl)."""
+    """Per cell, how many answers the strict reader could not find (harness/scoring/; reasons in samples.jsonl)."""
     if not any(row.no_answer for row in rows):
         return ["No answer was unreadable: every output stated one numeral where scoring looks for it.", ""]
     lines = [
         "## Unreadable answers",
         "",
-        "Outputs from which no answer could be read, of n (the rule column of samples.jsonl says why for each).",
+        "Outputs from which no answer could be read, of n (the rule column of samples.jsonl says why for each); in",
+        "brackets, how many of them are conflicts: outputs that stated differing answers, never correct.",
         "",
     ]
     for (label, base), series in _grouped(rows).items():
@@ -321,9 +323,15 @@ def unreadable_markdown(rows: Sequence[CellResult]) -> list[str]:
         lines.append("|---:|" + "---:|" * len(series))
         for length in sorted({length for cells in series.values() for length in cells}):
             cells = [series[name].get(length) for name in series]
-            lines.append(f"| {length} | " + " | ".join(f"{c.no_answer}/{c.n}" if c else "" for c in cells) + " |")
+            lines.append(f"| {length} | " + " | ".join(_unreadable_cell(c) for c in cells) + " |")
         lines.append("")
     return lines
+
+
+def _unreadable_cell(cell) -> str:
+    if not cell:
+        return ""
+    return f"{cell.no_answer}/{cell.n}" + (f" ({cell.conflicts} conflicts)" if cell.conflicts else "")
 
 
 def accuracy_plot_png(rows: Sequence[CellResult]) -> bytes:

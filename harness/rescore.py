@@ -1,4 +1,4 @@
-"""Score a finished run directory again with the current rules of harness/scoring.py, without generating anything.
+"""Score a finished run directory again with the current rules of harness/scoring/, without generating anything.
 
     python -m harness.rescore reports/quantization-cpu
 

@@ -91,6 +91,8 @@ class CellResult:
     thinking_tokens_mean: float = 0.0
     answer_tokens_mean: float = 0.0
     truncated: int = 0
+    # Outputs whose statements of the answer differ (harness/scoring/: a conflict, never correct; among no_answer)
+    conflicts: int = 0
 
     @property
     def key(self) -> CellKey:
@@ -102,7 +104,7 @@ COLUMNS = [f.name for f in fields(CellResult)]
 LATER_COLUMNS = {"kernel", "matmul_precision", "flip_k", "flip_outputs", "flip_verdicts", "flip_batch"}
 LATER_COLUMNS |= {"precision_source", "endpoint", "served_model", "request_mode", "decoding_params", "prompt_tokens"}
 LATER_COLUMNS |= {"machine", "cut_replies", "prompt_style", "answer_mode", "tokens_mean", "tokens_median"}
-LATER_COLUMNS |= {"tokens_p90", "tokens_max", "thinking_tokens_mean", "answer_tokens_mean", "truncated"}
+LATER_COLUMNS |= {"tokens_p90", "tokens_max", "thinking_tokens_mean", "answer_tokens_mean", "truncated", "conflicts"}
 _INT_COLUMNS = {f.name for f in fields(CellResult) if f.type == "int"}
 _FLOAT_COLUMNS = {f.name for f in fields(CellResult) if f.type == "float"}
 

@@ -5,7 +5,7 @@
 
 writes an lm-evaluation-harness task group ``numprec``: a task per task and length (``numprec_add_n2``), each cell's
 problems as a local JSON-lines dataset (data/), and numprec_metric.py, the metric: numprec's own answer reading and
-exact match (harness/scoring.py), imported, not copied, so numprec must be installed where lm-eval runs. Prompts are
+exact match (harness/scoring/), imported, not copied, so numprec must be installed where lm-eval runs. Prompts are
 harness.prompts' user messages (with ``--apply_chat_template`` lm-eval wraps them in the model's chat template, as
 harness.eval does); generation is greedy within the cell's budget (harness/answers.py, counted with ``--model``'s
 tokenizer) and the metric keeps the first non-blank line, where numprec's backends stop: under greedy decoding the
@@ -41,7 +41,7 @@ from harness.weights import resolve_weights
 
 GROUP = "numprec"
 METRIC_MODULE = '''"""The metric of numprec's lm-eval tasks: numprec's own reading of an answer and its exact match,
-imported from the installed numprec (harness/scoring.py), which must be the version that wrote these tasks."""
+imported from the installed numprec (harness/scoring/), which must be the version that wrote these tasks."""
 
 from importlib import metadata
 
@@ -63,7 +63,7 @@ def process_results(doc, results):
 
 def verdict(output: str, document: dict) -> tuple[Extraction, bool]:
     """How both harnesses score a document's output, as harness.eval does: its first non-blank line (where numprec's
-    backends stop) read by harness/scoring.py, and whether that answer is exactly the gold one."""
+    backends stop) read by harness/scoring/, and whether that answer is exactly the gold one."""
     extraction = judge(FIRST_LINE.kept(output), document["base"], document["expression"], FIRST_LINE, False)
     return extraction, is_correct(extraction.answer, document["gold"], document["base"])
 

@@ -4,7 +4,7 @@
 
 The dataset is a cell's problems (harness.problems, the seed's own), each sample's input the user message harness.eval
 sends (harness.prompts; inspect's provider applies the model's chat template), the target its gold answer; the scorer
-is numprec's: the first non-blank line of the output (where numprec's backends stop) read by harness/scoring.py and
+is numprec's: the first non-blank line of the output (where numprec's backends stop) read by harness/scoring/ and
 compared exactly. Generation is greedy within the cell's budget (harness/answers.py, counted with the ``budget_model``
 tokenizer).
 """
@@ -23,7 +23,7 @@ from harness.tasks import cell_budget, cell_documents, verdict
 
 @scorer(metrics=[accuracy(), stderr()])
 def numprec_exact_match():
-    """numprec's reading of the answer and its exact match (harness/scoring.py)."""
+    """numprec's reading of the answer and its exact match (harness/scoring/)."""
 
     async def score(state: TaskState, target: Target) -> Score:
         extraction, hit = verdict(state.output.completion, state.metadata)  # the target is metadata's gold

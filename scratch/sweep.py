@@ -36,11 +36,11 @@ from pydantic import Field
 
 from harness.bounds import THREADS, Bound, unique
 from harness.cli import ArgParser, command_line, input_path, output_dir, run
+from harness.compare import wilson_interval
 from harness.configfiles import Lengths, StrictModel, load_yaml_model
 from harness.errors import UserError
 from harness.files import atomic_write_bytes, atomic_write_text, read_csv_rows
 from harness.lock import DirectoryLock
-from harness.scoring import wilson_interval
 from scratch.numerics import resolve_device
 from scratch.train import RunConfig, pack_key
 

@@ -5,8 +5,14 @@ from dataclasses import replace
 
 import pytest
 
-from harness.compare import compare, holm_adjusted, mcnemar_exact, paired_comparisons, paired_difference_interval
-from harness.scoring import wilson_interval
+from harness.compare import (
+    compare,
+    holm_adjusted,
+    mcnemar_exact,
+    paired_comparisons,
+    paired_difference_interval,
+    wilson_interval,
+)
 
 
 def test_exact_mcnemar_is_the_binomial_test_of_the_discordant_pairs():
@@ -118,3 +124,12 @@ def test_summary_tables_come_from_counts_not_from_rounded_values(tmp_path):
     assert f"{read_back.ci_low:.2f}" == "0.56", "what printing the stored value gave"
     summary = summary_markdown([read_back], ["python -m harness.eval"])
     assert "| 0.889 [0.57, 0.98] |" in summary
+
+
+def test_wilson_interval():
+    low, high = wilson_interval(0, 10)
+    assert low == 0.0 and high == pytest.approx(0.2775, abs=1e-3)  # textbook value for 0/10
+    low, high = wilson_interval(50, 100)
+    assert low == pytest.approx(1 - high) and low == pytest.approx(0.4038, abs=1e-3)
+    low, high = wilson_interval(30, 30)
+    assert high == pytest.approx(1.0) and 0.88 < low < 0.9

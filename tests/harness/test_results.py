@@ -7,12 +7,12 @@ import subprocess
 
 import pytest
 
+from harness.compare import wilson_interval
 from harness.errors import UserError
 from harness.evidence import sample_digest
 from harness.problems import Task, generate
 from harness.results import CellResult
 from harness.rundir import RunDir
-from harness.scoring import wilson_interval
 
 from .helpers import ROOT, assert_user_error, run_module
 

@@ -1,4 +1,4 @@
-"""Extraction on real model outputs (captured from smollm2 runs of this harness), exact match, Wilson."""
+"""Readings of real and adversarial outputs in both answer modes: what is credited, what is refused and why."""
 
 import json
 import re
@@ -7,9 +7,10 @@ from pathlib import Path
 import pytest
 
 from harness.answers import FIRST_LINE, FreeForm, answer_mode
-from harness.scoring import RULES, TRUNCATED, Question, extract, is_correct, judge, wilson_interval
+from harness.scoring import CONFLICT, RULES, TRUNCATED, Question, extract, is_correct, judge
 
-REAL = [json.loads(line) for line in (Path(__file__).parent / "data" / "real_outputs.jsonl").read_text().splitlines()]
+DATA = Path(__file__).parents[1] / "data"
+REAL = [json.loads(line) for line in (DATA / "real_outputs.jsonl").read_text().splitlines()]
 
 
 @pytest.mark.parametrize("case", REAL, ids=[c["output"][:40] for c in REAL])
@@ -116,7 +117,7 @@ ADVERSARIAL = [
 ]
 
 
-# Outputs a reviewer found misjudged (issue 20), and more of their kind: (output, base, gold, verdict, rule).
+# Labels, markup and hedges around the answer: (output, base, gold, verdict, rule).
 LABELS_MARKUP_AND_HEDGES = [
     # a colon after the keyword
     ("The answer is: 15", 10, "15", True, "keyword"),
@@ -142,9 +143,9 @@ LABELS_MARKUP_AND_HEDGES = [
     ("Therefore \\boxed{15}", 10, "15", True, "boxed"),
     ("The answer is \\(\\boxed{15}\\).", 10, "15", True, "keyword"),
     # hedging between boxed answers is not an answer
-    ("\\boxed{15} or \\boxed{16}", 10, "15", False, "none: several boxed answers (hedged)"),
-    ("\\boxed{15}, no wait, \\boxed{16}", 10, "16", False, "none: several boxed answers (hedged)"),
-    ("7 + 8 = \\boxed{15} or \\boxed{16}", 10, "15", False, "none: several boxed answers (hedged)"),
+    ("\\boxed{15} or \\boxed{16}", 10, "15", False, CONFLICT),
+    ("\\boxed{15}, no wait, \\boxed{16}", 10, "16", False, CONFLICT),
+    ("7 + 8 = \\boxed{15} or \\boxed{16}", 10, "15", False, CONFLICT),
     # a dangling operator is not markdown
     ("7 * 8 = 56 * ", 10, "56", False, "none: an operator follows the numeral (unpaired '*', not markdown)"),
     ("7 + 8 = 15 *", 10, "15", False, "none: an operator follows the numeral (unpaired '*', not markdown)"),
@@ -216,17 +217,8 @@ def test_exact_match_by_value():
     assert not is_correct("43", "42", 10) and not is_correct(None, "42", 10) and not is_correct("zz", "42", 10)
 
 
-def test_wilson_interval():
-    low, high = wilson_interval(0, 10)
-    assert low == 0.0 and high == pytest.approx(0.2775, abs=1e-3)  # textbook value for 0/10
-    low, high = wilson_interval(50, 100)
-    assert low == pytest.approx(1 - high) and low == pytest.approx(0.4038, abs=1e-3)
-    low, high = wilson_interval(30, 30)
-    assert high == pytest.approx(1.0) and 0.88 < low < 0.9
-
-
-# Issue 29: an answer belongs to the question. (output, base, asked expression, gold, verdict, rule)
-THE_QUESTIONS_OWN = [
+# An answer belongs to the question. (output, base, asked expression, gold, verdict, rule)
+ANSWERS_OF_THE_QUESTION = [
     # the committed quantization-cpu report's GPTQ W4 outputs: the prompt's example restated, cut by the budget
     (
         "The arithmetic expression you are asked to calculate is 32 + 78 = 11",
@@ -262,7 +254,7 @@ THE_QUESTIONS_OWN = [
     # a chain that starts from the question reads its last side; the operands in any order
     ("12 + 34 + 56 = 46 + 56 = 102", 10, "12 + 34 + 56", "102", True, "equals"),
     ("56 + 12 + 34 = 102", 10, "12 + 34 + 56", "102", True, "equals"),
-    # the partial sums written as a run-on chain, the asked operands in order: their last sum (issue 42)
+    # the partial sums written as a run-on chain, the asked operands in order: their last sum
     ("12 + 34 = 46 + 56 = 102", 10, "12 + 34 + 56", "102", True, "steps"),
     ("7 \\times 8 = 56", 10, "7 * 8", "56", True, "equals"),
     ("7 × 8 = 56", 10, "7 * 8", "56", True, "equals"),
@@ -292,7 +284,14 @@ THE_QUESTIONS_OWN = [
     ("7 + 8 = 16? No, 7 + 8 = 15.", 10, "7 + 8", "15", False, "none: asked, not stated (a question mark follows)"),
     ("7 + 8 = 15?", 10, "7 + 8", "15", False, "none: asked, not stated (a question mark follows)"),
     ("Not 7 + 8 = 15", 10, "7 + 8", "15", False, "none: negated"),
-    ("7 * 8 = 56. So the answer is 54.", 10, "7 * 8", "56", False, "none: the line states differing answers (hedged)"),
+    (
+        "7 * 8 = 56. So the answer is 54.",
+        10,
+        "7 * 8",
+        "56",
+        False,
+        CONFLICT,
+    ),
     ("7 * 8 = 56. So the answer is 56.", 10, "7 * 8", "56", True, "keyword"),
     ("7 + 8 = 15 or 7 + 8 = 16", 10, "7 + 8", "15", False, "none: text follows the numeral"),
     ("No, 7 + 8 = 15.", 10, "7 + 8", "15", True, "equals"),
@@ -303,8 +302,8 @@ THE_QUESTIONS_OWN = [
 
 @pytest.mark.parametrize(
     "output,base,expression,gold,verdict,rule",
-    THE_QUESTIONS_OWN,
-    ids=[f"{c[0][:40]}|{c[2]}" for c in THE_QUESTIONS_OWN],
+    ANSWERS_OF_THE_QUESTION,
+    ids=[f"{c[0][:40]}|{c[2]}" for c in ANSWERS_OF_THE_QUESTION],
 )
 def test_an_answer_belongs_to_the_question(output, base, expression, gold, verdict, rule):
     extraction = extract(output, base, expression)
@@ -357,7 +356,7 @@ FREE_FORM = [
     # what is never the answer
     ("<think>\nThe final answer is 15.\n</think>\n", "7 + 8", "15", False, "none: no answer after the thinking"),
     ("<think>\nThe final answer is 15, surely", "7 + 8", "15", False, "none: no answer after the thinking"),
-    ("The final answer is 15.\nWorking: 7 + 8 = 16", "7 + 8", "15", True, "final"),  # the final line outranks working
+    ("The final answer is 15.\nWorking: 7 + 8 = 16", "7 + 8", "15", False, "none: conflict"),  # working disagrees
     ("I think it is 15.\nLet me check.\n16", "7 + 8", "15", False, "none: no answer to the question stated"),
     ("The final answer is 15 or 16.", "7 + 8", "15", False, "none: a second numeral follows"),
     ('{"answer": 15.5}', "7 + 8", "15", False, "none: the JSON answer is float, not a numeral"),
@@ -372,13 +371,6 @@ def test_free_form_answers_are_read_after_the_thinking(output, expression, gold,
     extraction = extract(output, base, expression, FREE)
     assert is_correct(extraction.answer, gold, base) == verdict, extraction
     assert extraction.rule.startswith(rule), extraction
-
-
-def test_the_free_form_rules_are_in_the_rules_table():
-    from harness import scoring
-
-    for rule in ("final", "json"):
-        assert rule in RULES and f"| `{rule}`" in scoring.__doc__
 
 
 def test_a_truncated_free_form_output_is_its_own_verdict_and_the_first_line_is_read_whatever_its_length():
@@ -404,10 +396,10 @@ def test_the_answer_mode_a_row_records_reads_back():
         answer_mode("free-form:many:</think>")
 
 
-# Round 4 (issue 42): reasoning models' answers read as a careful grader reads them. (output, expression, base, mode,
+# Reasoning models' answers read as a careful grader reads them. (output, expression, base, mode,
 # gold, right?, the rule that read it or a refusal's start)
 KIMI_END, MAGISTRAL = FreeForm(512, "◁/think▷"), FreeForm(512, "[/THINK]")
-ROUND_4 = [
+REASONING_OUTPUTS = [
     # free form: thinking is never read, whatever its marker, closed or not
     ("[THINK]Adding: the final answer is 132.", "47 + 85", 10, MAGISTRAL, "132", False, "none: no answer after"),
     ("◁think▷The final answer is 132.", "47 + 85", 10, KIMI_END, "132", False, "none: no answer after"),
@@ -422,7 +414,7 @@ ROUND_4 = [
         True,
         "final",
     ),
-    # of several final statements the last stands; a retracted one never does
+    # a corrected statement never stands; two final statements that differ are a conflict
     (
         "The final answer is 132. Wait, no — 47 + 85: 7 + 5 = 12, carry 1, 4 + 8 + 1 = 13, so it is 122.",
         "47 + 85",
@@ -432,7 +424,7 @@ ROUND_4 = [
         False,
         "keyword",
     ),
-    ("The final answer is 122.\nThe final answer is 132.", "47 + 85", 10, FREE, "132", True, "final"),
+    ("The final answer is 122.\nThe final answer is 132.", "47 + 85", 10, FREE, "132", False, "none: conflict"),
     ("47 + 85 = 122 (wrong)", "47 + 85", 10, FREE, "122", False, "none: no answer to the question"),
     ("47 + 85 = 122, which is wrong. 47 + 85 = 132", "47 + 85", 10, FREE, "132", True, "equals"),
     ("The answer is 132.\n(I first thought 122, but that was wrong.)", "47 + 85", 10, FREE, "132", True, "final"),
@@ -456,7 +448,7 @@ ROUND_4 = [
     ("23 * 96 = (23 * 100) - (23 * 4) = 2208", "23 * 96", 10, FIRST_LINE, "2208", True, "equals"),
     # a line that continues an expression is about that expression
     ("Start with 27 + 48\n= 75\nthen add 19\n= 94", "27 + 48 + 19", 10, FREE, "75", False, "none"),
-    # first line: what round 3 lost, and what a reasoning model writes
+    # first line: bracketed, chained, in words, with bases
     ("(7 + 8) = 15", "7 + 8", 10, FIRST_LINE, "15", True, "equals"),
     ("7 + 8 = 16 - 1 = 15", "7 + 8", 10, FIRST_LINE, "15", True, "equals"),
     ("Answer = 15", "7 + 8", 10, FIRST_LINE, "15", True, "keyword"),
@@ -476,9 +468,11 @@ ROUND_4 = [
 
 
 @pytest.mark.parametrize(
-    "output,expression,base,mode,gold,verdict,rule", ROUND_4, ids=[f"{c[0][:40]}|{c[3].name}" for c in ROUND_4]
+    "output,expression,base,mode,gold,verdict,rule",
+    REASONING_OUTPUTS,
+    ids=[f"{c[0][:40]}|{c[3].name}" for c in REASONING_OUTPUTS],
 )
-def test_round_4_reads_as_a_careful_grader(output, expression, base, mode, gold, verdict, rule):
+def test_reasoning_outputs_are_read_as_a_careful_grader(output, expression, base, mode, gold, verdict, rule):
     extraction = extract(output, base, expression, mode)
     assert is_correct(extraction.answer, gold, base) == verdict, extraction
     assert extraction.rule.startswith(rule), extraction
@@ -487,29 +481,3 @@ def test_round_4_reads_as_a_careful_grader(output, expression, base, mode, gold,
 def test_a_retracted_final_answer_reads_the_correction():
     output = "The final answer is 132. Wait, no — 47 + 85: 7 + 5 = 12, carry 1, 4 + 8 + 1 = 13, so it is 122."
     assert extract(output, 10, "47 + 85", FREE).answer == "122"
-
-
-def docs_rules() -> list[tuple[str, str, str, str, int, str | None]]:
-    """The rows of docs/scoring.md's table of rules: (rule, mode, output, expression, base, answer)."""
-    text = (Path(__file__).resolve().parents[2] / "docs" / "scoring.md").read_text(encoding="utf-8")
-    table = text.split("### The rules", 1)[1].split("\n\n")[2]
-    rows = []
-    for line in table.splitlines()[2:]:
-        cells = [cell.strip() for cell in line.strip("|").split(" | ")]
-        rule, mode, _, output, asked, reads = cells
-        expression, _, base = asked.partition(" (")
-        unquote = output.strip("`").replace("\\\\", "\\").replace("⏎", "\n")
-        answer = None if reads == "none" else reads
-        rows.append((rule.strip("`"), mode, unquote, expression.strip("`"), int(base.rstrip(")") or 10), answer))
-    return rows
-
-
-@pytest.mark.parametrize("rule,mode,output,expression,base,answer", docs_rules(), ids=[r[2][:40] for r in docs_rules()])
-def test_every_row_of_the_docs_table_of_rules_reads_as_it_says(rule, mode, output, expression, base, answer):
-    modes = {"both": (FIRST_LINE, FREE), "first line": (FIRST_LINE,), "free form": (FREE,)}[mode]
-    for answer_mode_ in modes:
-        extraction = extract(output, base, expression, answer_mode_)
-        assert extraction.answer == answer, (answer_mode_.name, extraction)
-        if answer is not None and rule in RULES:
-            expected = "final" if answer_mode_ is FREE and rule == "keyword" and "answer" in output.lower() else rule
-            assert extraction.rule in (rule, expected), (answer_mode_.name, extraction)

@@ -1,0 +1,65 @@
+"""Answer extraction and exact-match scoring: the answer is what the output *states* as its answer to the asked
+question, and it is credited only when every such statement agrees.
+
+The package, one job a file: ``question`` (what was asked), ``numerals`` (one numeral in base p, exact match),
+``thinking`` (the thinking blocks of the models people run, never read), ``equations``, ``phrases`` and
+``structured`` (where an output states its answer), ``line`` (the paper's first line: statements in a line) and
+``free`` (a free-form answer: statements over lines, corrections, conflicts), ``readers`` (every rule with its
+examples: the tests and docs/scoring.md's table), ``verdicts`` (answers, rules and refusals).
+
+``extract``, ``judge`` and ``is_correct`` are what the harness and the task folders written for lm-eval and inspect
+import; their signatures do not change when the rules do.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from harness.scoring.free import read_free
+from harness.scoring.line import clean, read_line
+from harness.scoring.numerals import is_correct, is_numeral, read_numeral
+from harness.scoring.question import Question
+from harness.scoring.thinking import split_thinking
+from harness.scoring.verdicts import CONFLICT, RULES, TRUNCATED, Extraction, Refusal, refused
+
+__all__ = ["CONFLICT", "RULES", "TRUNCATED", "Extraction", "Question", "Refusal", "extract", "is_correct"]
+__all__ += ["is_numeral", "judge", "read_numeral"]
+
+
+class AnswerReading(Protocol):
+    """What of an answer mode (harness/answers.py) the scorer uses: where its answer text is, and whether it is
+    read as free form."""
+
+    free_form: bool
+
+    def answer_text(self, text: str) -> str: ...
+
+
+def _first_line(text: str) -> str:
+    for line in split_thinking(text)[1].splitlines():
+        if line.strip():
+            return line.strip()
+    return ""
+
+
+def extract(text: str, base: int, expression: str, answer: AnswerReading | None = None) -> Extraction:
+    """The answer ``text`` states to ``expression`` (the question, as the prompt wrote it) where the answer mode reads
+    it (the first line, for the paper's and by default; what follows the thinking, in free form), and the rule that
+    found it (or why there is none)."""
+    question = Question.of(expression, base)
+    if question is None:
+        raise ValueError(f"{expression!r} is no expression of the tasks' kind")
+    if answer is not None and answer.free_form:
+        return read_free(answer.answer_text(text), question, base, expression)
+    line = clean(answer.answer_text(text) if answer is not None else _first_line(text), base)
+    if not line:
+        return refused(Refusal.EMPTY)
+    return read_line(line, question, base, expression)
+
+
+def judge(text: str, base: int, expression: str, answer: AnswerReading | None, truncated: bool) -> Extraction:
+    """``extract``, except that a free-form generation the budget cut before its end is its own verdict: whatever it
+    had said so far is not read as its answer (the paper's first line is read whatever its length)."""
+    if truncated and answer is not None and answer.free_form:
+        return refused(Refusal.TRUNCATED)
+    return extract(text, base, expression, answer)

@@ -1,0 +1,155 @@
+"""Numerals in base p: what one is, how it is written around (markup, annotations), and exact match by value.
+
+What stands where an answer should be must be **one whole numeral in the task's base**, alone in its clause:
+
+>>> read_numeral("**541**.", 10)
+'541'
+>>> read_numeral("1F_{16}", 16)
+'1f'
+>>> read_numeral("1,234", 10)
+'1234'
+>>> read_numeral("-15", 10).rule
+'none: signed'
+>>> read_numeral("15 or 16", 10).rule
+'none: a second numeral follows'
+>>> read_numeral("56 *", 10).rule
+"none: an operator follows the numeral (unpaired '*', not markdown)"
+
+Leading zeros are allowed (fixed-width answers are answers); in bases up to 10 a comma between groups of exactly
+three digits is a thousands separator, and no other separator is. ``is_correct`` compares digit strings, leading
+zeros and letter case aside, so a numeral of any length is judged (Python's ``int`` refuses strings past 4,300
+digits and reads ``+15``, ``1_5`` and non-ASCII digits, which no answer is).
+"""
+
+from __future__ import annotations
+
+import re
+from functools import cache
+
+from harness.problems import DIGITS
+from harness.scoring.verdicts import Extraction, Refusal, refused, unpaired, written_in
+
+SUBSCRIPT_DIGITS = str.maketrans("₀₁₂₃₄₅₆₇₈₉", "0123456789")
+_ANNOTATION = (  # a base written after the numeral: _{16}, _(16), _16, ₁₆, (base 16), in base 16
+    r"(?:_\{(?P<b1>\d+)\}|_\((?P<b2>\d+)\)|_(?P<b3>\d+)|(?P<b4>[₀-₉]+)"
+    r"|\s*\(base[\s-]*(?P<b5>\d+)\)|\s+in\s+base\s+(?P<b6>\d+))"
+)
+_IS_THE_ANSWER = re.compile(r"\s+is\s+the\s+(?:final\s+)?(?:answer|result|sum|product|total)\W*$", re.IGNORECASE)
+MARKUP = " \t*_`$\"'"
+_LEADING = " \t*_`$\"'[\\"
+_TRAILING = " \t`$\"'.,;:!?]\\"
+_EMPHASIS = "*_"
+_OPERATOR = re.compile(r"[-+*/×÷^=<>]")
+EMPHASIS_REACH = 256  # how far back an emphasis opener is looked for (keeps reading linear)
+DECIMAL_DIGIT = re.compile(r"\d")
+
+
+@cache
+def numeral_pattern(base: int) -> str:
+    """A numeral of the base as a regular expression (with thousands commas in bases up to 10)."""
+    if base <= 10:
+        digit = f"[0-{DIGITS[base - 1]}]"
+        return rf"{digit}+(?:,{digit}{{3}})*"
+    return rf"[0-9{DIGITS[10:base]}]+"
+
+
+def normal(numeral: str) -> str:
+    """A numeral as a digit string to compare: lower case, no separators, no leading zeros.
+
+    >>> normal("0,042")
+    '42'
+    """
+    return numeral.replace(",", "").lower().lstrip("0") or "0"
+
+
+@cache
+def digit_chars(base: int) -> frozenset[str]:
+    return frozenset(DIGITS[:base] + DIGITS[10:base].upper())
+
+
+@cache
+def _pattern(base: int) -> re.Pattern[str]:
+    return re.compile(
+        rf"(?P<sign>[-+−])?\s*\(?(?P<num>{numeral_pattern(base)})\)?(?P<frac>\.\d+)?{_ANNOTATION}?", re.IGNORECASE
+    )
+
+
+def _opens_emphasis(text: str, run: str) -> bool:
+    """Whether ``text`` holds an opening markdown emphasis run exactly ``run`` (``**``): after the start, a space
+    or an opening bracket, not of a longer run, and followed by a non-space."""
+    char = re.escape(run[0])
+    return re.search(rf"(?:^|(?<=[\s(\[{{:]))(?<!{char}){re.escape(run)}(?!{char})(?=\S)", text) is not None
+
+
+def _strip_trailing(text: str, before: str) -> str | Extraction:
+    """``text`` less what trails its last character: punctuation and markup, and emphasis that closes an opener in
+    ``before`` + ``text``. A ``*`` or ``_`` run that closes nothing is not markup (``56 *``: an operator)."""
+    before = before[-EMPHASIS_REACH:]
+    while True:
+        text = text.rstrip(_TRAILING)
+        run = re.search(rf"[{re.escape(_EMPHASIS)}]+$", text)
+        if not run:
+            break
+        start = run.start()
+        opened = start > 0 and not text[start - 1].isspace()
+        opened = opened and _opens_emphasis(before + text[max(0, start - EMPHASIS_REACH) : start], run.group())
+        if not opened:
+            return unpaired(run.group())
+        text = text[:start]
+    while text.endswith(")") and text.count(")") > text.count("("):  # a closing aside's bracket
+        text = text[:-1].rstrip(_TRAILING)
+    return text
+
+
+def read_numeral(segment: str, base: int, expression: str | None = None, before: str = "") -> Extraction | str:
+    """The one numeral ``segment`` consists of (a str), or why it is none (an Extraction). ``before`` is the
+    line's text before the segment (where markdown emphasis may have opened)."""
+    lead = len(segment) - len(segment.lstrip(_LEADING))
+    before, text = before + segment[:lead], segment[lead:]
+    text = _strip_trailing(_IS_THE_ANSWER.sub("", text), before)
+    if isinstance(text, Extraction):
+        return text
+    text = text.strip()
+    if not text:
+        return refused(Refusal.NOTHING_THERE)
+    if expression and "".join(text.split()) == "".join(expression.split()):
+        return refused(Refusal.ECHO)
+    match = _pattern(base).match(text)
+    if not match:
+        return refused(Refusal.NO_NUMERAL)
+    if match.end() < len(text):
+        rest = text[match.end() :]
+        if _OPERATOR.search(rest):
+            return refused(Refusal.OPERATOR_FOLLOWS)
+        if re.search(rf"(?<![a-z]){numeral_pattern(base)}(?![a-z])", rest, re.IGNORECASE) or re.search(r"\d", rest):
+            return refused(Refusal.SECOND_NUMERAL)
+        return refused(Refusal.TEXT_FOLLOWS)
+    if match["sign"]:
+        return refused(Refusal.SIGNED)
+    if match["frac"]:
+        return refused(Refusal.FRACTION)
+    annotated = next((match[f"b{i}"] for i in range(1, 7) if match[f"b{i}"]), None)
+    if annotated is not None and annotated.translate(SUBSCRIPT_DIGITS).lstrip("0") != str(base):
+        return written_in(annotated.translate(SUBSCRIPT_DIGITS), base)
+    return match["num"].replace(",", "").lower()
+
+
+def is_numeral(text: str, base: int) -> bool:
+    """Whether ``text`` is what a reading yields: ASCII digits of ``base`` (either letter case), nothing else.
+
+    >>> is_numeral("1f", 16), is_numeral("+15", 10), is_numeral("١٥", 10)
+    (True, False, False)
+    """
+    return bool(text) and text.isascii() and all(char in DIGITS[:base] for char in text.lower())
+
+
+def is_correct(extracted: str | None, gold: str, base: int) -> bool:
+    """Exact match by value of an answer a reading can produce: digit strings compared, leading zeros and letter
+    case aside (no int(): a numeral of any length is judged).
+
+    >>> is_correct("0042", "42", 10), is_correct("1A", "1a", 16), is_correct("43", "42", 10)
+    (True, True, False)
+    """
+    if extracted is None or not is_numeral(extracted, base) or not is_numeral(gold, base):
+        return False
+    return normal(extracted) == normal(gold)

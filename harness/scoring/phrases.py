@@ -1,0 +1,86 @@
+"""Words that state, label, confirm or correct an answer.
+
+- ``keyword``: "the answer / result / sum / product / total / value [of, to or for X] is / are / equals / :",
+  "answer / result = N", "X is / equals N", "X, which is N", "the last L digits of X are N".
+- a **final phrase** ("final answer", "the answer is", "result:") marks a statement as the final answer.
+- a **label** states nothing itself and gives the next line's answer its words ("The sum is:", "Final Answer", a line
+  that ends with the asked expression and ``=``).
+- a **correction** takes back what was stated just before it, in words ("no —", "that's wrong", "I forgot the
+  carry", "correction:"): what follows may state the corrected answer ("so it is 132"). Doubt and checking words
+  ("Wait", "Hmm", "let me double-check", "Correct.") are no correction: they neither void nor replace anything.
+- a **confirmation** ("Yes, 125.") states the numeral it confirms.
+
+>>> bool(CORRECTION.search("Wait, that's wrong.")), bool(CORRECTION.search("Wait, let me double-check."))
+(True, False)
+>>> bool(CORRECTION.search("Let me recheck: 125 - 67 = 58. Correct."))
+False
+"""
+
+from __future__ import annotations
+
+import re
+
+from harness.scoring.equations import Statement
+from harness.scoring.question import Question
+
+NOUN = re.compile(r"\b(?:answer|result|sum|product|total|value|last\s+\d+\s+digits?)\b", re.IGNORECASE)
+_VERB = r"(?:\bis\b|\bare\b|\bequals\b|\bequal\s+to\b|:)"
+_WHICH = re.compile(r"\bwhich\s+(?:is|equals)\b", re.IGNORECASE)
+_EQUALS_AFTER = re.compile(r"[*_]*\s*(?P<about>(?!))?=(?!=)\s*")  # no "of X": the group never takes part
+_COPULA = re.compile(r"\b(?:is|are|equals|equal\s+to)\b", re.IGNORECASE)
+NEGATION = re.compile(r"(?:\bnot|\bnever|n't)\s*$", re.IGNORECASE)  # "not 7 + 8 = 15", "isn't 7 + 8 = 15"
+
+FINAL_PHRASE = re.compile(r"\bfinal\s+answer\b|\banswer\s*(?:is\b|:)|\bresult\s*(?:is\b|:)", re.IGNORECASE)
+# A line that only labels the answer on the line after it ("**Final Answer**", "Final Answer:", "The sum is:")
+LABEL = re.compile(r"[\W_]*(?:the\s+)?(?:final\s+)?(?:answer|result|sum|product|total)(?:\s+is)?[\W_]*", re.IGNORECASE)
+# Words by which an output says that what it stated just before is wrong.
+CORRECTION = re.compile(
+    r"\b(?:oops,?\s+)?(?:scratch\s+that|correction|on\s+second\s+thought"
+    r"|i\s+made\s+an?\s+(?:mistake|error)|i\s+(?:forgot|missed|dropped)\b|my\s+(?:mistake|error|bad))\b"
+    r"|\b(?:that|this|it)(?:'s|\s+is|\s+was)\s+(?:wrong|incorrect|not\s+(?:right|correct))\b"
+    r"|\b(?:is|was)\s+(?:wrong|incorrect)\b|\((?:wrong|incorrect)\)"
+    r"|(?:^|(?<=[.!?,]\s)|(?<=[.!?,]))\s*no\s*[,.!—–:-]|(?:^|(?<=[.!?]\s))actually\b",
+    re.IGNORECASE,
+)
+# After a correction: "so it is 122", "that makes 122", the corrected answer in a pronoun's words.
+CORRECTED = re.compile(
+    r"(?:\b(?:so|thus|hence|therefore|then)\s*,?\s*)?\b(?:it|that|the\s+(?:answer|result|sum|product))"
+    r"(?:'s|\s+is|\s+must\s+be|\s+should\s+be|\s+makes)\s+",
+    re.IGNORECASE,
+)
+CONFIRMATION = re.compile(r"(?:^|(?<=[.!?]\s))[\W_]*yes\s*[,:—–-]\s*(?:it(?:'s|\s+is)\s+)?", re.IGNORECASE)
+
+
+def keyword_statements(line: str, question: Question, base: int) -> list[Statement]:
+    """ "The answer [to X] is", "X is", "X, which is", "the last L digits of X are": each where X, if named, is the
+    question. An implicit statement ("The answer is 110") on a line that names one of the prompt's examples and not
+    the question is about that example."""
+    found = []
+    about = rf"(?:\s+(?:of|to|for)\s+(?P<about>[^=:\n]{{0,{question.reach}}}?))?"
+    after_noun = re.compile(rf"[*_]*{about}[*_]*\s*{_VERB}\s*:?")
+    example = None
+    for noun in NOUN.finditer(line):
+        match = after_noun.match(line, noun.end())
+        if match is None and noun.group().lower() in ("answer", "result"):
+            match = _EQUALS_AFTER.match(line, noun.end())  # "Answer = 15"
+        if match is None:
+            continue
+        if match["about"] is None:
+            example = question.names_an_example(line, base) if example is None else example
+            if not example:
+                found.append(Statement(noun.start(), match.end(), "keyword"))
+        elif question.is_named_in(match["about"], base):
+            found.append(Statement(noun.start(), match.end(), "keyword"))
+    for verb in _COPULA.finditer(line):
+        if question.is_asked(line, verb.start(), base):
+            found.append(Statement(verb.start(), verb.end(), "keyword"))
+    for which in _WHICH.finditer(line):
+        referent = len(line[: which.start()].rstrip(" ,"))
+        if question.is_asked(line, referent, base):
+            found.append(Statement(which.start(), which.end(), "keyword"))
+    return found
+
+
+def is_label(line: str) -> bool:
+    """Whether ``line`` only labels the answer that the next line gives."""
+    return LABEL.fullmatch(line) is not None
