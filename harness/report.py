@@ -314,10 +314,14 @@ def unreadable_markdown(rows: Sequence[CellResult]) -> list[str]:
     lines = [
         "## Unreadable answers",
         "",
-        "Outputs from which no answer could be read, of n (the rule column of samples.jsonl says why for each); in",
-        "brackets, how many of them are conflicts: outputs that stated differing answers, never correct.",
+        "Outputs from which no answer could be read, of n (the rule column of samples.jsonl says why for each).",
         "",
     ]
+    if any(row.conflicts for row in rows):
+        lines[-1:] = [
+            "In brackets, the conflicts among them: outputs that stated differing answers, never correct.",
+            "",
+        ]
     for (label, base), series in _grouped(rows).items():
         lines += [f"**{label}, base {base}**", "", "| length | " + " | ".join(series) + " |"]
         lines.append("|---:|" + "---:|" * len(series))
@@ -331,7 +335,8 @@ def unreadable_markdown(rows: Sequence[CellResult]) -> list[str]:
 def _unreadable_cell(cell) -> str:
     if not cell:
         return ""
-    return f"{cell.no_answer}/{cell.n}" + (f" ({cell.conflicts} conflicts)" if cell.conflicts else "")
+    conflicts = f" ({cell.conflicts} conflict{'s' if cell.conflicts > 1 else ''})" if cell.conflicts else ""
+    return f"{cell.no_answer}/{cell.n}{conflicts}"
 
 
 def accuracy_plot_png(rows: Sequence[CellResult]) -> bytes:

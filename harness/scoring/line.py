@@ -84,8 +84,9 @@ def _statement_reading(line: str, statement: Statement, boundaries: list[int], f
         return None  # a label that introduces the next statement ("Final Answer: The final answer is")
     before = line[max(0, statement.answer - EMPHASIS_REACH) : statement.answer]
     found = read_numeral(segment, base, expression, before)
-    if isinstance(found, Extraction) and not _DECIMAL_NUMBER.search(segment) and limit < len(line):
-        return None  # words only before the next statement: a label too
+    if isinstance(found, Extraction) and limit < len(line):
+        if not _DECIMAL_NUMBER.search(segment) or line[limit] == "=":
+            return None  # words only, or the left side of an equation, before the next statement: a label too
     if isinstance(found, str) and (segment.rstrip(MARKUP).endswith("?") or line[end : end + 1] == "?"):
         found = refused(Refusal.ASKED)
     return found, end
