@@ -43,6 +43,7 @@ from bench.api import api_markdown, bench_api
 from bench.common import log, median, quick_grid_problems
 from bench.decode import bench_cell, bench_decode, cell_markdown, decode_markdown
 from bench.rundir import bench_rundir, rundir_markdown
+from bench.scoring import bench_scoring, scoring_markdown
 from bench.train import bench_train, train_markdown
 from harness.answers import FIRST_LINE
 from harness.bounds import BATCH_SIZE, REPEATS, THREADS, Bound
@@ -52,7 +53,7 @@ from harness.files import read_json
 from harness.lock import DirectoryLock
 from harness.problems import generate
 
-SECTIONS = ("eval", "train", "data", "memory", "loop", "api", "rundir")
+SECTIONS = ("eval", "train", "data", "memory", "loop", "api", "rundir", "scoring")
 PROBLEMS = Bound(1, 100_000, "timed passes over more problems only take longer; 200 give a stable rate")
 MEMORY_PRECISIONS = ("fp32", "bf16", "int8", "nf4", "gguf-q8_0", "gguf-q4_1", "gptq-w4")
 
@@ -364,6 +365,8 @@ def markdown(results: dict) -> str:
         lines += api_markdown(results["api"])
     if "rundir" in results:
         lines += rundir_markdown(results["rundir"])
+    if "scoring" in results:
+        lines += scoring_markdown(results["scoring"])
     return "\n".join(lines)
 
 
@@ -478,6 +481,8 @@ def bench(args, sections: list[str], command: str) -> int:
                 results["api"] = bench_api(args.repeats, args.threads)
             elif section == "rundir":
                 results["rundir"] = bench_rundir()
+            elif section == "scoring":
+                results["scoring"] = bench_scoring(args.repeats)
             # Written after every section: a crash later loses nothing measured.
             path.write_text(json.dumps(results, indent=2) + "\n")
             (args.out / "results.md").write_text(markdown(results))

@@ -19,7 +19,7 @@ from harness.scoring.free import read_free
 from harness.scoring.line import clean, read_line
 from harness.scoring.numerals import is_correct, is_numeral, read_numeral
 from harness.scoring.question import Question
-from harness.scoring.thinking import split_thinking
+from harness.scoring.thinking import split_thinking, unwrapped
 from harness.scoring.verdicts import CONFLICT, RULES, TRUNCATED, Extraction, Refusal, refused
 
 __all__ = ["CONFLICT", "RULES", "TRUNCATED", "Extraction", "Question", "Refusal", "extract", "is_correct"]
@@ -51,7 +51,7 @@ def extract(text: str, base: int, expression: str, answer: AnswerReading | None 
         raise ValueError(f"{expression!r} is no expression of the tasks' kind")
     if answer is not None and answer.free_form:
         return read_free(answer.answer_text(text), question, base, expression)
-    line = clean(answer.answer_text(text) if answer is not None else _first_line(text), base)
+    line = clean(unwrapped(answer.answer_text(text) if answer is not None else _first_line(text)), base)
     if not line:
         return refused(Refusal.EMPTY)
     return read_line(line, question, base, expression)

@@ -51,7 +51,7 @@ def _units(text: str, base: int, expression: str) -> list[tuple[str, Extraction 
         units.append(("", reading, True))
         cursor = end
     units += [(line, None, False) for line in text[cursor:].splitlines()]
-    return [unit for unit in units if unit[2] or unit[0].strip()]
+    return [unit for unit in units if unit[2] or _ALNUM.search(unit[0])]
 
 
 class _Reader:
@@ -93,7 +93,7 @@ class _Reader:
     def _claim(self, piece: str, number: int, corrected: bool, alone: bool) -> Claim | None:
         if not piece.strip():
             return None
-        reading = read_line(piece, self.question, self.base, self.expression, allow_bare=alone)
+        reading = read_line(piece, self.question, self.base, self.expression, allow_bare=alone, questions=False)
         if not reading.states:
             found = self._in_words(piece, corrected)
             return None if found is None else Claim(Extraction(found, "keyword"), False, number)
@@ -149,8 +149,6 @@ def read_free(text: str, question: Question, base: int, expression: str) -> Extr
         line = clean(raw, base)
         if is_label(line):
             carry = "The final answer is"
-            continue
-        if not _ALNUM.search(line):  # markup alone ("$$", a fence) between a label and its answer
             continue
         if carry:
             line, carry = f"{carry} {line}", ""

@@ -26,7 +26,6 @@ from harness.scoring.numerals import EMPHASIS_REACH, MARKUP, digit_chars, normal
 from harness.scoring.phrases import NEGATION, keyword_statements
 from harness.scoring.question import Question, own_base_annotation
 from harness.scoring.structured import boxes, lone_box
-from harness.scoring.thinking import unwrapped
 from harness.scoring.verdicts import Extraction, Refusal, refused
 
 _DECIMAL_NUMBER = re.compile(r"\d")
@@ -45,8 +44,9 @@ def clean(line: str, base: int) -> str:
     its times signs as ``*``, its operators in words as signs (``47 plus 85``, ``2c times 5``: a word is a sign
     wherever it is no numeral of the base), and a base annotation naming the task's own base taken off every numeral
     (``1011_2``, ``1011₂``, ``1011_{2}`` in base 2: operands written with their base)."""
-    line = _LATEX_ALIGN.sub("", unwrapped(line))
-    line = _LATEX_TIMES.sub("*", _TEXT_WRAPPER.sub(r"\1", _MATH_DELIMITERS.sub(" ", line)))
+    line = _LATEX_ALIGN.sub("", line) if "&" in line or "\\" in line else line
+    if "\\" in line:
+        line = _LATEX_TIMES.sub("*", _TEXT_WRAPPER.sub(r"\1", _MATH_DELIMITERS.sub(" ", line)))
     for words, word, sign in _WORD_OPERATORS:
         if not set(word) <= digit_chars(base):
             line = words.sub(sign, line)
@@ -84,9 +84,9 @@ def _statement_reading(line: str, statement: Statement, boundaries: list[int], f
         return None  # a label that introduces the next statement ("Final Answer: The final answer is")
     before = line[max(0, statement.answer - EMPHASIS_REACH) : statement.answer]
     found = read_numeral(segment, base, expression, before)
-    if isinstance(found, Extraction) and limit < len(line):
-        if not _DECIMAL_NUMBER.search(segment) or line[limit] == "=":
-            return None  # words only, or the left side of an equation, before the next statement: a label too
+    labels = limit < len(line) and (not _DECIMAL_NUMBER.search(segment) or line[limit] == "=")
+    if isinstance(found, Extraction) and labels:
+        return None  # words only, or the left side of an equation, before the next statement: a label too
     if isinstance(found, str) and (segment.rstrip(MARKUP).endswith("?") or line[end : end + 1] == "?"):
         found = refused(Refusal.ASKED)
     return found, end
@@ -102,8 +102,12 @@ def statements(line: str, question: Question, base: int) -> tuple[list[Statement
     return found, found_boxes, signs
 
 
-def read_line(line: str, question: Question, base: int, expression: str, allow_bare: bool = True) -> Extraction:
-    """What ``line`` states as the answer to ``question`` (see the module's docstring)."""
+def read_line(
+    line: str, question: Question, base: int, expression: str, allow_bare: bool = True, questions: bool = True
+) -> Extraction:
+    """What ``line`` states as the answer to ``question`` (see the module's docstring). ``questions``: a statement
+    asked as a question ("7 + 8 = 16?") decides the line as asked, not stated; without, it is passed over (free form,
+    where a model asks itself and then answers)."""
     found, found_boxes, signs = statements(line, question, base)
     if len({"".join(content.split()).lower() for _, _, content in found_boxes}) > 1:
         return refused(Refusal.CONFLICT)
@@ -121,6 +125,8 @@ def read_line(line: str, question: Question, base: int, expression: str, allow_b
         if isinstance(numeral, str) and NEGATION.search(line[max(0, statement.phrase - 32) : statement.phrase]):
             numeral = refused(Refusal.NEGATED)
         if isinstance(numeral, Extraction):
+            if not questions and numeral.rule == Refusal.ASKED.value:
+                continue
             return numeral
         readings.append((numeral, statement.rule, end))
     if not readings:

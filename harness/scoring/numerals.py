@@ -8,6 +8,8 @@ What stands where an answer should be must be **one whole numeral in the task's 
 '1f'
 >>> read_numeral("1,234", 10)
 '1234'
+>>> read_numeral("0xDC", 16), read_numeral("10001 (in binary)", 2), read_numeral("132 ✓", 10)
+('dc', '10001', '132')
 >>> read_numeral("-15", 10).rule
 'none: signed'
 >>> read_numeral("15 or 16", 10).rule
@@ -32,14 +34,18 @@ from harness.scoring.verdicts import Extraction, Refusal, refused, unpaired, wri
 SUBSCRIPT_DIGITS = str.maketrans("₀₁₂₃₄₅₆₇₈₉", "0123456789")
 _ANNOTATION = (  # a base written after the numeral: _{16}, _(16), _16, ₁₆, (base 16), in base 16
     r"(?:_\{(?P<b1>\d+)\}|_\((?P<b2>\d+)\)|_(?P<b3>\d+)|(?P<b4>[₀-₉]+)"
-    r"|\s*\(base[\s-]*(?P<b5>\d+)\)|\s+in\s+base\s+(?P<b6>\d+))"
+    r"|\s*\(base[\s-]*(?P<b5>\d+)\)|\s+in\s+base\s+(?P<b6>\d+)"
+    r"|\s*\((?:in\s+)?(?P<w1>binary|octal|decimal|hexadecimal|hex)\)|\s+in\s+(?P<w2>binary|octal|decimal|hexadecimal|hex))"
 )
+_BASE_WORDS = {"binary": "2", "octal": "8", "decimal": "10", "hex": "16", "hexadecimal": "16"}
+_PREFIXES = {2: ("0b", "0B"), 8: ("0o", "0O"), 16: ("0x", "0X")}  # a prefix that names the task's own base
 _IS_THE_ANSWER = re.compile(r"\s+is\s+the\s+(?:final\s+)?(?:answer|result|sum|product|total)\W*$", re.IGNORECASE)
 MARKUP = " \t*_`$\"'"
 _LEADING = " \t*_`$\"'[\\"
-_TRAILING = " \t`$\"'.,;:!?]\\"
+_TRAILING = " \t`$\"'.,;:!?]\\✓✔✅"
 _EMPHASIS = "*_"
 _OPERATOR = re.compile(r"[-+*/×÷^=<>]")
+_EMPHASIS_RUN = re.compile(rf"[{re.escape(_EMPHASIS)}]+$")
 EMPHASIS_REACH = 256  # how far back an emphasis opener is looked for (keeps reading linear)
 DECIMAL_DIGIT = re.compile(r"\d")
 
@@ -87,7 +93,7 @@ def _strip_trailing(text: str, before: str) -> str | Extraction:
     before = before[-EMPHASIS_REACH:]
     while True:
         text = text.rstrip(_TRAILING)
-        run = re.search(rf"[{re.escape(_EMPHASIS)}]+$", text)
+        run = _EMPHASIS_RUN.search(text)
         if not run:
             break
         start = run.start()
@@ -112,6 +118,8 @@ def read_numeral(segment: str, base: int, expression: str | None = None, before:
     text = text.strip()
     if not text:
         return refused(Refusal.NOTHING_THERE)
+    if text.startswith(_PREFIXES.get(base, ())) and len(text) > 2:
+        text = text[2:]
     if expression and "".join(text.split()) == "".join(expression.split()):
         return refused(Refusal.ECHO)
     match = _pattern(base).match(text)
@@ -129,6 +137,8 @@ def read_numeral(segment: str, base: int, expression: str | None = None, before:
     if match["frac"]:
         return refused(Refusal.FRACTION)
     annotated = next((match[f"b{i}"] for i in range(1, 7) if match[f"b{i}"]), None)
+    word = match["w1"] or match["w2"]
+    annotated = _BASE_WORDS[word.lower()] if word else annotated
     if annotated is not None and annotated.translate(SUBSCRIPT_DIGITS).lstrip("0") != str(base):
         return written_in(annotated.translate(SUBSCRIPT_DIGITS), base)
     return match["num"].replace(",", "").lower()

@@ -19,15 +19,22 @@ False
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 
 from harness.scoring.equations import Statement
 from harness.scoring.question import Question
 
 NOUN = re.compile(r"\b(?:answer|result|sum|product|total|value|last\s+\d+\s+digits?)\b", re.IGNORECASE)
-_VERB = r"(?:\bis\b|\bare\b|\bequals\b|\bequal\s+to\b|:)"
+_VERB = r"(?:\bis\b|\bare\b|\bequals\b|\bequal\s+to\b|\b(?:should|must|would|will)\s+be\b(?=[\s*_$`\\(]*\d)|:)"
 _WHICH = re.compile(r"\bwhich\s+(?:is|equals)\b", re.IGNORECASE)
 _EQUALS_AFTER = re.compile(r"[*_]*\s*(?P<about>(?!))?=(?!=)\s*")  # no "of X": the group never takes part
-_COPULA = re.compile(r"\b(?:is|are|equals|equal\s+to)\b", re.IGNORECASE)
+_COPULA = re.compile(r"\b(?:is|are|equals|equal\s+to|gives|makes|yields)\b", re.IGNORECASE)
+# A noun qualified as a part of the working ("the units sum is 12", "the partial product is 138"): not the answer
+_WORKING = re.compile(
+    r"\b(?:units?|ones|tens|hundreds|thousands|partial|running|intermediate|first|second|third|next|column|digit"
+    r"|carry|new|previous|current)\s+(?:digits?\s+)?$",
+    re.IGNORECASE,
+)
 NEGATION = re.compile(r"(?:\bnot|\bnever|n't)\s*$", re.IGNORECASE)  # "not 7 + 8 = 15", "isn't 7 + 8 = 15"
 
 FINAL_PHRASE = re.compile(r"\bfinal\s+answer\b|\banswer\s*(?:is\b|:)|\bresult\s*(?:is\b|:)", re.IGNORECASE)
@@ -39,7 +46,7 @@ CORRECTION = re.compile(
     r"|i\s+made\s+an?\s+(?:mistake|error)|i\s+(?:forgot|missed|dropped)\b|my\s+(?:mistake|error|bad))\b"
     r"|\b(?:that|this|it)(?:'s|\s+is|\s+was)\s+(?:wrong|incorrect|not\s+(?:right|correct))\b"
     r"|\b(?:is|was)\s+(?:wrong|incorrect)\b|\((?:wrong|incorrect)\)"
-    r"|(?:^|(?<=[.!?,]\s)|(?<=[.!?,]))\s*no\s*[,.!—–:-]|(?:^|(?<=[.!?]\s))actually\b",
+    r"|(?:^|(?<=[.!?,]\s)|(?<=[.!?,]))\s*no\s*[,.!—–:-]",
     re.IGNORECASE,
 )
 # After a correction: "so it is 122", "that makes 122", the corrected answer in a pronoun's words.
@@ -51,19 +58,25 @@ CORRECTED = re.compile(
 CONFIRMATION = re.compile(r"(?:^|(?<=[.!?]\s))[\W_]*yes\s*[,:—–-]\s*(?:it(?:'s|\s+is)\s+)?", re.IGNORECASE)
 
 
+@lru_cache(maxsize=64)
+def _after_noun(reach: int) -> re.Pattern[str]:
+    """What follows the noun of a statement: "[of, to or for X] is / are / equals / :", X at most ``reach`` long."""
+    about = rf"(?:\s+(?:of|to|for)\s+(?P<about>[^=:\n]{{0,{reach}}}?))?"
+    return re.compile(rf"[*_]*{about}[*_]*\s*{_VERB}\s*:?")
+
+
 def keyword_statements(line: str, question: Question, base: int) -> list[Statement]:
     """ "The answer [to X] is", "X is", "X, which is", "the last L digits of X are": each where X, if named, is the
     question. An implicit statement ("The answer is 110") on a line that names one of the prompt's examples and not
     the question is about that example."""
     found = []
-    about = rf"(?:\s+(?:of|to|for)\s+(?P<about>[^=:\n]{{0,{question.reach}}}?))?"
-    after_noun = re.compile(rf"[*_]*{about}[*_]*\s*{_VERB}\s*:?")
+    after_noun = _after_noun(question.reach)
     example = None
     for noun in NOUN.finditer(line):
         match = after_noun.match(line, noun.end())
-        if match is None and noun.group().lower() in ("answer", "result"):
+        if match is None and noun.group().lower() in ("answer", "result", "sum", "product", "total"):
             match = _EQUALS_AFTER.match(line, noun.end())  # "Answer = 15"
-        if match is None:
+        if match is None or _WORKING.search(line, max(0, noun.start() - 32), noun.start()):
             continue
         if match["about"] is None:
             example = question.names_an_example(line, base) if example is None else example

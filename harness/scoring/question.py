@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from functools import cache
+from functools import cache, lru_cache
 
 from harness.prompts import filled_template
 from harness.scoring.numerals import MARKUP, digit_chars, normal, numeral_pattern
@@ -123,6 +123,22 @@ def _bracketed_side(text: str, end: int, base: int, reach: int) -> tuple[str | N
     return parsed[1], parsed[2]
 
 
+@lru_cache(maxsize=4096)
+def _question(expression: str, base: int) -> Question | None:
+    text = expression.strip()
+    parsed = expression_before(text, len(text), base, len(text))
+    if parsed is None or parsed[0] != 0 or parsed[1] is None:
+        return None
+    return Question(parsed[1], tuple(sorted(parsed[2])), len(text), tuple(parsed[2]))
+
+
+def _joined_to_another(text: str, start: int) -> bool:
+    """Whether an expression that begins at ``start`` is part of a larger one: an operator of another kind or an
+    opening bracket before it (``132 - 47 + 85``, ``(47 + 85`` ...)."""
+    before = text[max(0, start - 8) : start].rstrip(" \t")
+    return bool(before) and before[-1] in _FOREIGN_OPERATOR + "("
+
+
 @dataclass(frozen=True)
 class Question:
     """The asked expression: its operator (``+`` or ``*``) and its operands as normalised digit strings (sorted, and
@@ -135,11 +151,7 @@ class Question:
 
     @classmethod
     def of(cls, expression: str, base: int) -> Question | None:
-        text = expression.strip()
-        parsed = expression_before(text, len(text), base, len(text))
-        if parsed is None or parsed[0] != 0 or parsed[1] is None:
-            return None
-        return cls(parsed[1], tuple(sorted(parsed[2])), len(text), tuple(parsed[2]))
+        return _question(expression, base)
 
     @property
     def reach(self) -> int:
@@ -152,7 +164,7 @@ class Question:
         side = _bracketed_side(text, end, base, self.reach)
         if side is None:
             parsed = expression_before(text, end, base, self.reach)
-            if parsed is None:
+            if parsed is None or _joined_to_another(text, parsed[0]):
                 return False
             side = parsed[1], parsed[2]
         return side[0] == self.operator and tuple(sorted(side[1])) == self.operands
@@ -171,6 +183,9 @@ class Question:
         """Whether ``text`` names one of the prompt's own examples (and not the question): what it says is about
         that example."""
         examples = example_questions(base)
+        lowered = text.lower()
+        if not any(operands[0] in lowered for _, operands in examples):
+            return False  # no example's operand is written at all
         for match in re.finditer(r"[0-9a-zA-Z](?![0-9a-zA-Z])", text):
             parsed = expression_before(text, match.end(), base, 64)
             named = (parsed[1], tuple(sorted(parsed[2]))) if parsed and parsed[1] else None

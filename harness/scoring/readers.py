@@ -130,6 +130,7 @@ READERS = (
         (
             Example('{\n  "reasoning": "47 + 85 = 132",\n  "answer": 131\n}', "47 + 85", "131", "json", modes=FREE),
             Example("Here it is: {'work': '58 + 67 = 125', 'answer': 124,}", "58 + 67", "124", "json", modes=FREE),
+            Example('{"answer": 124, // 58 + 67\n "work": "58 + 67 = 125"}', "58 + 67", "124", "json", modes=FREE),
         ),
     ),
     Reader(
@@ -166,6 +167,7 @@ READERS = (
             ),
             Example("47 + 85 = 122\nI forgot the carry, so it is 132.", "47 + 85", "132", "keyword", modes=FREE),
             Example("47 + 85 = 122 (wrong)", "47 + 85", None, _none(Refusal.NOT_THE_QUESTION), modes=FREE),
+            Example("The answer is 122, no — it is 132.", "47 + 85", "132", "keyword", modes=FREE),
         ),
     ),
     Reader(
@@ -178,6 +180,13 @@ READERS = (
             ),
             Example(
                 "<|START_THINKING|>The final answer is 132.",
+                "47 + 85",
+                None,
+                _none(Refusal.NOTHING_AFTER_THINKING),
+                modes=FREE,
+            ),
+            Example(
+                "<|channel|>analysis<|message|>The final answer is 132.",
                 "47 + 85",
                 None,
                 _none(Refusal.NOTHING_AFTER_THINKING),
@@ -200,7 +209,7 @@ READERS = (
         " examples; nor a hedged, negated or continued statement",
         (
             Example("First, 12 + 34 = 46.", "12 + 34 + 56", None, _none(Refusal.ABOUT_OTHERS), modes=FIRST),
-            Example("58 + 67 = 124\nCheck: 10 + (58 + 67) = 135", "58 + 67", "124", "equals", modes=FREE),
+            Example("58 + 67 = 124\nCheck: 10 + (58 + 67) = 125", "58 + 67", "124", "equals", modes=FREE),
             Example("For 32 + 78, the answer is 110.", "55 + 55", None, _none(Refusal.NOTHING_STATED), modes=FIRST),
             Example("Start with 27 + 48\n= 75", "27 + 48 + 19", None, _none(Refusal.NOT_THE_QUESTION), modes=FREE),
             Example("7 + 8 = 15. Wait, 16.", "7 + 8", None, _none(Refusal.NUMBER_AFTER)),

@@ -22,6 +22,7 @@ from harness.scoring.verdicts import Extraction
 
 ANSWER_KEYS = ("answer", "final_answer", "finalanswer", "result", "final_result")
 _OBJECT_START = re.compile(r"(?<![\\\w_^])\{(?=\s*(?:[\"']|[A-Za-z_]\w*\s*:))")
+_BOX = re.compile(r"\\boxed\s*\{")
 _LONGEST_OBJECT = 20_000  # characters: an object longer than this is prose, not an answer
 
 
@@ -29,7 +30,9 @@ def boxes(line: str) -> list[tuple[int, int, str]]:
     """(start, end, content) of every outermost ``\\boxed{...}``, braces balanced (``\\boxed{6E_{16}}`` is one box);
     one pass over the line."""
     found, opened, depth = [], None, 0
-    starts = {match.end() - 1: match.start() for match in re.finditer(r"\\boxed\s*\{", line)}
+    if "\\boxed" not in line:
+        return []
+    starts = {match.end() - 1: match.start() for match in _BOX.finditer(line)}
     for index, char in enumerate(line):
         if char == "{":
             if opened is None and index in starts:

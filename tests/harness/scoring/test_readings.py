@@ -481,3 +481,83 @@ def test_reasoning_outputs_are_read_as_a_careful_grader(output, expression, base
 def test_a_retracted_final_answer_reads_the_correction():
     output = "The final answer is 132. Wait, no — 47 + 85: 7 + 5 = 12, carry 1, 4 + 8 + 1 = 13, so it is 122."
     assert extract(output, 10, "47 + 85", FREE).answer == "122"
+
+
+FREE_FORM_FORMATS = [  # (output, asked, base, the answer it states or None): how models that reason write
+    (
+        "<think>\nok\n</think>\n\nTo find 47 + 85:\n\n1. Add the units: 7 + 5 = 12, write 2 carry 1.\n"
+        "2. Add the tens: 4 + 8 + 1 = 13.\n\nSo 47 + 85 = 132.\n\n**Final Answer**\n\\boxed{132}",
+        "47 + 85",
+        10,
+        "132",
+    ),
+    ("The answer is $\\boxed{132}$.", "47 + 85", 10, "132"),
+    ("<think>\n\n</think>\n\n47 + 85 = 132", "47 + 85", 10, "132"),
+    ("analysisWe need 47+85. 47+85=132.assistantfinal132", "47 + 85", 10, "132"),
+    ('```json\n{"answer": 132}\n```', "47 + 85", 10, "132"),
+    ("The product is DC₁₆.", "2c * 5", 16, "dc"),
+    ("2c * 5 = 0xDC", "2c * 5", 16, "dc"),
+    ("47 + 85 = 132 ✓", "47 + 85", 10, "132"),
+    ("36 + 57 + 28\n= 93 + 28\n= 121", "36 + 57 + 28", 10, "121"),
+    ("<think>x</think>\n\n$$\n132\n$$", "47 + 85", 10, "132"),
+    ("Hmm, 47 + 85 = 122? Let me check: 7 + 5 = 12, carry 1, 4 + 8 + 1 = 13. So 47 + 85 = 132.", "47 + 85", 10, "132"),
+    ("So the answer should be 132.", "47 + 85", 10, "132"),
+    ("47 + 85 gives 132.", "47 + 85", 10, "132"),
+    ("1011 + 110 = 10001 (in binary)", "1011 + 110", 2, "10001"),
+    ("Wait, I think I made a mistake. Let me recompute: 47 + 85 = 132.", "47 + 85", 10, "132"),
+    ("47 + 85 = 122\nWait, I made a mistake. 47 + 85 = 132.", "47 + 85", 10, "132"),
+    ("Step 1: 7 + 5 = 12\nStep 2: 4 + 8 + 1 = 13\nTherefore, 47 + 85 = 132.", "47 + 85", 10, "132"),
+    (
+        "Let me calculate 47 + 85.\n\n47 + 85 = 132\n\nLet me double check: 132 - 85 = 47. Yes, that's correct.\n\n"
+        "The answer is 132.",
+        "47 + 85",
+        10,
+        "132",
+    ),
+    ("**Answer:** 132", "47 + 85", 10, "132"),
+    ("Answer: **132**", "47 + 85", 10, "132"),
+    ("The sum of 47 and 85 is **132**.", "47 + 85", 10, "132"),
+    ("$47 + 85 = 132$", "47 + 85", 10, "132"),
+    ("Sure! Here's the calculation:\n\n47 + 85 = 132\n\nSo, the final answer is 132.", "47 + 85", 10, "132"),
+    ("Sure! Here's the calculation:\n\n47 + 85 = 132\n\nSo, the final answer is 122.", "47 + 85", 10, None),
+    ("36 + 57 = 93\n93 + 28 = 121\n\nThe answer is 121.", "36 + 57 + 28", 10, "121"),
+    (
+        "36 + 57 = 93\n93 + 28 = 121\n\nThe answer is 121.\n\n"
+        "Wait, let me verify: 36 + 57 = 93, 93 + 28 = 121. Correct!",
+        "36 + 57 + 28",
+        10,
+        "121",
+    ),
+    ("23 * 96\n= 23 * 100 - 23 * 4\n= 2300 - 92\n= 2208", "23 * 96", 10, "2208"),
+    ('{"reasoning": "23 * 96 = 2208", "answer": "2208"}', "23 * 96", 10, "2208"),
+    ('{"answer": 2208}\n{"answer": 2209}', "23 * 96", 10, None),
+    ("The final answer is 132.\nWait, no. Let me recompute. 47 + 85 = 132. Yes.", "47 + 85", 10, "132"),
+    ("47 + 85 = 132. Hmm, wait. Actually, 47 + 85 = 132. Final answer: 132", "47 + 85", 10, "132"),
+    ("<think>47 + 85 = 132</think>\nThe answer is 131.", "47 + 85", 10, "131"),
+    ("Answer: 132\n\nExplanation: 47 + 85 = 132 because 7 + 5 = 12.", "47 + 85", 10, "132"),
+    ("Answer: 132\n\nExplanation: 47 + 85 = 131.", "47 + 85", 10, None),
+    ("\\[\n\\begin{aligned}\n47 + 85 &= 132\n\\end{aligned}\n\\]", "47 + 85", 10, "132"),
+    ("The result is 132 (one hundred thirty-two).", "47 + 85", 10, None),
+    ("47 + 85 = 132\n\nCheck: 10 + (47 + 85) = 142", "47 + 85", 10, "132"),
+    ("First, add 47 and 85: 47 + 85 = 132.", "47 + 85", 10, "132"),
+    ("Yes.", "47 + 85", 10, None),
+    ("132.", "47 + 85", 10, "132"),
+    ("The answer is 132. I hope it is correct.", "47 + 85", 10, "132"),
+    ("Final Answer: The final answer is 132. I hope it is correct.", "47 + 85", 10, "132"),
+    ("47 + 85 = 132\n\nNo further steps needed.", "47 + 85", 10, "132"),
+    ("No, 47 + 85 is not 122. It is 132.", "47 + 85", 10, "132"),
+    ("47 + 85 = 122. No wait, that's wrong. 47 + 85 = 132.", "47 + 85", 10, "132"),
+    ("The answer is 122. Hmm, that doesn't seem right. The answer is 132.", "47 + 85", 10, None),
+    ("Let's compute 58 + 67.\n58 + 67 = 125.\n\\boxed{125}", "58 + 67", 10, "125"),
+    (
+        "<|START_THINKING|>58 + 67 = 124?<|END_THINKING|><|START_RESPONSE|>\\boxed{125}<|END_RESPONSE|>",
+        "58 + 67",
+        10,
+        "125",
+    ),
+]
+
+
+@pytest.mark.parametrize("output,expression,base,answer", FREE_FORM_FORMATS, ids=[c[0][:40] for c in FREE_FORM_FORMATS])
+def test_the_formats_of_reasoning_models_are_read_by_the_principle(output, expression, base, answer):
+    assert extract(output, base, expression, FREE).answer == answer
