@@ -95,7 +95,7 @@ class HFBackend(ChatBackend):
         self.compile_seconds: dict[tuple[int, int], float] = {}  # per step shape: its first call (compiling)
         self._step = None
         if self.graphs:
-            self._step = torch.compile(self._forward, mode="reduce-overhead", dynamic=False)
+            self._step = torch.compile(self._forward_choice, mode="reduce-overhead", dynamic=False)
             # One graph per (slots, cache length): up to 9 x a few shapes, above dynamo's default of 8 recompiles.
             torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 64)
 
@@ -142,6 +142,8 @@ class HFBackend(ChatBackend):
             with torch.inference_mode():
                 self.model(torch.tensor([prefix], device=self.device), past_key_values=cache, use_cache=True)
             self._prefixes[key] = [(layer.keys, layer.values) for layer in cache.layers]
+            if self.graphs:
+                _bind_once(self._prefixes[key])
             while len(self._prefixes) > 4:
                 self._prefixes.popitem(last=False)
         self._prefixes.move_to_end(key)
@@ -236,7 +238,9 @@ class HFBackend(ChatBackend):
         size, length = 1 << (rows - 1).bit_length(), -(-(width + steps) // 64) * 64
         slots = torch.cat([torch.arange(rows), torch.full((size - rows,), rows - 1)])  # slot -> row
         input_ids, attention, positions = input_ids[slots], attention[slots], positions[slots]
-        mask = torch.zeros((size, length), dtype=torch.long, device=self.device)
+        # BUCKET spare columns: every view a step reads (up to the cache's length) has the same row stride, so the
+        # compiled step's guards see one layout whatever the width
+        mask = torch.zeros((size, length + BUCKET), dtype=torch.long, device=self.device)
         mask[:, :width] = attention.to(self.device)
         chosen_steps = torch.zeros((size, steps), dtype=torch.long, device=self.device)
         if sampler is not None:  # each slot's problem seed, on the device once
@@ -245,11 +249,14 @@ class HFBackend(ChatBackend):
         with torch.inference_mode():
             kv = self._static_cache(size, length)
             # The suffixes (their width varies from batch to batch) are fed eagerly; the steps after, in the graph.
-            logits = self._forward(input_ids.to(self.device), mask, positions.to(self.device), kv, prefix_kv)
+            logits = self._forward(
+                input_ids.to(self.device), mask[:, :length], positions.to(self.device), kv, prefix_kv
+            )
+            chosen = self._choose(logits, sampler, None, 0)
             step_positions = positions[:, -1:].to(self.device)
+            filled = _FilledMask(mask, length, self.graphs)
             read = 0  # steps whose tokens the host has read
             for step in range(steps):
-                chosen = self._choose(logits, sampler, None, step)
                 chosen_steps[:, step] = chosen
                 if step + 1 - read >= self.read_every or step + 1 == steps:
                     # the host's one read of these steps: their tokens, the stop rule applied step by step
@@ -260,18 +267,21 @@ class HFBackend(ChatBackend):
                     break
                 mask[:, width + step] = 1
                 step_positions = step_positions + 1
-                logits = self._graph_step(chosen.view(-1, 1), mask, step_positions, kv, prefix_kv)
+                step_mask = filled.up_to(width + step + 1)  # the cache is read only as far as it is filled
+                chosen = self._graph_step(
+                    chosen.view(-1, 1), step_mask, step_positions, kv, prefix_kv, sampler, step + 1
+                )
         return stop.generated()
 
     def _static_cache(self, size: int, length: int) -> StaticCache:
-        """The static KV cache of this shape, emptied: kept, as its graph is captured once; the two most recent only
-        (an 8B model's: GBs each)."""
+        """The static KV cache of this shape, emptied: kept for the backend's life at one address, so the graphs
+        captured over it replay whatever shape came between (a run uses a few shapes: slots x cache length). It
+        holds BUCKET positions more than a step ever reads, so that no step reads all of it: every width a step
+        reads is then the same kind of view, and the compiled step's guards hold for all."""
         kv = self._static_caches.get((size, length))
         if kv is None:
-            kv = self._static_caches[(size, length)] = StaticCache(config=self.model.config, max_cache_len=length)
-            while len(self._static_caches) > 2:
-                self._static_caches.popitem(last=False)
-        self._static_caches.move_to_end((size, length))
+            capacity = length + BUCKET
+            kv = self._static_caches[(size, length)] = StaticCache(config=self.model.config, max_cache_len=capacity)
         kv.reset()
         return kv
 
@@ -288,13 +298,19 @@ class HFBackend(ChatBackend):
         )
         return output.logits[:, -1, :].float()
 
-    def _graph_step(self, input_ids, attention_mask, position_ids, kv, prefix_kv) -> torch.Tensor:
+    def _forward_choice(self, input_ids, attention_mask, position_ids, kv, prefix_kv, greedy: bool) -> torch.Tensor:
+        """A decode step: greedy's chosen tokens (the argmax in the step's graph: the logits never leave it), or the
+        logits for the sampler."""
+        logits = self._forward(input_ids, attention_mask, position_ids, kv, prefix_kv)
+        return logits.argmax(-1) if greedy else logits
+
+    def _graph_step(self, input_ids, attention_mask, position_ids, kv, prefix_kv, sampler, step: int) -> torch.Tensor:
+        """The tokens a decode step chooses, its model call compiled into a CUDA graph where graphs are on."""
+        greedy = sampler is None
         if not self.graphs:
-            return self._forward(input_ids, attention_mask, position_ids, kv, prefix_kv)
-        if prefix_kv:  # its length varies with the prompt template: one compiled step serves every length
-            for tensor in (tensor for pair in prefix_kv for tensor in pair):
-                torch._dynamo.mark_dynamic(tensor, 2)
-        shape = (input_ids.shape[0], attention_mask.shape[1])  # the step's bucket: slots, cache length
+            return self._choose(self._forward_choice(input_ids, attention_mask, position_ids, kv, prefix_kv, False),
+                                sampler, None, step)  # fmt: skip
+        shape = (input_ids.shape[0], kv.layers[0].max_cache_len - BUCKET)  # the step's shape: slots, cache length
         first = shape not in self.compile_seconds
         if first:  # compiling takes a while on its first call: said, not silent (kept for the next process)
             tqdm.write(
@@ -304,14 +320,14 @@ class HFBackend(ChatBackend):
             )
             started = time.perf_counter()
         torch.compiler.cudagraph_mark_step_begin()
-        # A copy: the graph's output buffer is overwritten by its next replay.
-        logits = self._step(input_ids, attention_mask, position_ids, kv, prefix_kv).clone()
+        # A copy: the graph's output buffer is overwritten by its next replay (greedy: the tokens, a few bytes).
+        out = self._step(input_ids, attention_mask, position_ids, kv, prefix_kv, greedy).clone()
         if first:
             if self.device == "cuda":
                 torch.cuda.synchronize()
             self.compile_seconds[shape] = time.perf_counter() - started
             tqdm.write(f"compiled the decode step in {self.compile_seconds[shape]:.1f} s", file=sys.stderr)
-        return logits
+        return out if greedy else self._choose(out, sampler, None, step)
 
     def _choose(self, logits: torch.Tensor, sampler, slots: torch.Tensor | None, step: int) -> torch.Tensor:
         """Greedy argmax, or the paper's sampling with each row's own seeded noise (``slots``: the rows' seeds'
@@ -336,6 +352,36 @@ class HFBackend(ChatBackend):
         eos = set(_as_list(self.model.generation_config.eos_token_id)) | {self.tokenizer.eos_token_id}
         stop[[i for i in eos if i is not None]] = True
         return stop
+
+
+BUCKET = 16  # positions: a static cache is read in multiples of this, as far as it is filled
+
+
+class _FilledMask:
+    """A static cache's 2D attention mask as a step reads it: up to the filled positions, rounded up to a multiple
+    of BUCKET (so few widths serve a batch), never past the cache. One view per width, made once per batch; where
+    the steps are compiled, its width is marked dynamic once, so every width replays one compiled step."""
+
+    def __init__(self, mask: torch.Tensor, length: int, graphs: bool):
+        self.mask, self.length, self.graphs, self.views = mask, length, graphs, {}
+
+    def up_to(self, filled: int) -> torch.Tensor:
+        width = min(self.length, -(-filled // BUCKET) * BUCKET)
+        view = self.views.get(width)
+        if view is None:
+            view = self.views[width] = self.mask[:, :width]
+            if self.graphs:
+                torch._dynamo.mark_dynamic(view, 1)
+        return view
+
+
+def _bind_once(prefix: list[tuple[torch.Tensor, torch.Tensor]]) -> None:
+    """A shared prefix's keys and values as the compiled step takes them, marked once when computed: their length a
+    dynamic dimension (one compiled step serves every prompt template), their addresses static (a CUDA graph reads
+    them where they are instead of copying them in at every replay)."""
+    for tensor in (tensor for pair in prefix for tensor in pair):
+        torch._dynamo.mark_dynamic(tensor, 2)
+        torch._dynamo.mark_static_address(tensor)
 
 
 class _HostStop:

@@ -9,6 +9,10 @@ all rows, and takes one softmax over the concatenated scores; a prompt's suffix 
 prefix to its rows' keys for torch's fused attention (scaled_dot_product_attention), where one copy per row is
 small next to the work. Either way the same mathematics as attending over the full sequence.
 
+A static KV cache (the GPU decode path) is read only as far as it is filled: the 2D attention mask a step is given
+may be narrower than the cache (its width a bucket of the filled positions), and then the mask and the keys and
+values the step reads end there, not at the cache's capacity.
+
 Registered with transformers' AttentionInterface (and sdpa's mask builder), so the model code is untouched; the
 prefix reaches it as the ``shared_prefix`` keyword of the model's forward call, which transformers hands down to
 every attention call (no state outside the call).
@@ -41,6 +45,10 @@ def shared_prefix_attention(
         # queries from the cache's start, aligned upper-left (a static cache's prefill sees keys 0..i, not the
         # unwritten slots after them).
         attention_mask = torch.ones(length, key.shape[2], dtype=torch.bool, device=query.device).tril()[None, None]
+    if attention_mask is not None:
+        # a static cache filled up to the mask's width: the unfilled slots after it are never read (elsewhere the
+        # keys are as wide as the mask already; no branch on the width, for the compiled step's sake)
+        key, value = key[:, :, : attention_mask.shape[-1]], value[:, :, : attention_mask.shape[-1]]
     prefix = shared_prefix[module.layer_idx] if shared_prefix else None
     if prefix is not None and length == 1:
         out = _one_query_over_the_prefix(query, key, value, attention_mask, scaling, prefix)
@@ -91,5 +99,16 @@ def _one_query_over_the_prefix(query, key, value, attention_mask, scaling, prefi
     return out.view(batch, kv_heads, groups, length, dim).reshape(batch, heads, length, dim)
 
 
+def filled_mask(batch_size: int, q_length: int, kv_length: int, kv_offset: int = 0, attention_mask=None, **kwargs):
+    """sdpa's mask, no wider than the 2D attention mask (a static cache is filled up to it: the attention reads the
+    keys only as far as the mask goes), and always materialised where there is a 2D mask, so that a mask of exactly
+    the filled positions is never left out (which would read the whole cache). No branch on the width: one
+    compiled step serves every width."""
+    if attention_mask is not None and attention_mask.ndim == 2:
+        kv_length = torch.sym_min(kv_length, attention_mask.shape[-1] - kv_offset)
+        kwargs["allow_is_causal_skip"] = False
+    return sdpa_mask(batch_size, q_length, kv_length, kv_offset=kv_offset, attention_mask=attention_mask, **kwargs)
+
+
 AttentionInterface.register(NAME, shared_prefix_attention)
-ALL_MASK_ATTENTION_FUNCTIONS.register(NAME, sdpa_mask)
+ALL_MASK_ATTENTION_FUNCTIONS.register(NAME, filled_mask)

@@ -107,7 +107,7 @@ def test_a_graph_compiler_failure_decodes_the_batch_again_eagerly(tiny_llama):
     expected = [g.text for g in backend.generate(prompts, 8, GREEDY)]
     saved = (backend.static_decode, backend.graphs, backend._step, backend.graph_error)
     backend.static_decode, backend.graphs, backend.graph_error = True, True, None
-    backend._step = torch.compile(backend._forward, mode="reduce-overhead", dynamic=False)
+    backend._step = torch.compile(backend._forward_choice, mode="reduce-overhead", dynamic=False)
     try:  # inductor's own patching (pytest's monkeypatch deletes a config entry when it undoes itself)
         no_compiler = torch._inductor.config.patch({"cpp.cxx": ("/nonexistent/c++",)})
         with no_compiler, pytest.warns(UserWarning, match="CUDA graph decoding failed .*; decoding eagerly"):
@@ -282,7 +282,7 @@ def test_one_compiled_step_serves_every_cell_of_a_grid_per_shape(tiny_llama, cap
     backend = HFBackend(str(tiny_llama), get_precision(get_model("smollm2"), "fp32"), batch_size=16)
     counter = CompileCounter()
     backend.static_decode, backend.graphs = True, True
-    backend._step = torch.compile(backend._forward, backend=counter, dynamic=False)
+    backend._step = torch.compile(backend._forward_choice, backend=counter, dynamic=False)
     grid = [(Task("add"), (1, 2, 3)), (Task("iter_add", 3), (1, 2)), (Task("mul"), (1, 2))]
     for task, lengths in grid:
         for length in lengths:
