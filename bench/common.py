@@ -18,19 +18,19 @@ def median(values: list[float]) -> float:
     return statistics.median(values)
 
 
-def quick_grid_problems(count: int) -> list[dict]:
-    """``count`` problems spread evenly over the quick grid's cells, chat-templated once for every engine."""
+def quick_grid_problems(count: int, tokenizer=None) -> list[dict]:
+    """``count`` problems spread evenly over the quick grid's cells, chat-templated once for every engine (by the
+    default model's tokenizer, or ``tokenizer``)."""
     from transformers import AutoTokenizer
 
     from harness.answers import FIRST_LINE
-    from harness.models import get_model
     from harness.prompts import TEMPLATE_FOR_TASK, user_message
-    from harness.weights import resolve_weights
+    from harness.weights import default_tokenizer_dir
 
     name, config = load_config("quick")
     spec = build_spec(name, config)
     cells = [(task, length) for task, lengths in spec.grid for length in lengths]
-    tokenizer = AutoTokenizer.from_pretrained(resolve_weights(get_model("smollm2")))
+    tokenizer = tokenizer or AutoTokenizer.from_pretrained(default_tokenizer_dir())
 
     class Counter:  # the answer mode's budget counts tokens; the tokenizer is all it needs
         @staticmethod

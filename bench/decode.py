@@ -49,16 +49,26 @@ ARCHITECTURES = {
 }
 
 
+_BUILT: dict[tuple[str, str, str], tuple] = {}  # one model per architecture, device and dtype a process
+
+
 def random_llama(architecture: str, device: str, dtype_name: str):
     """(model, tokenizer): a Llama of ``architecture``, randomly initialised on ``device``, with the default
-    model's tokenizer (its vocabulary sets the embedding size)."""
+    model's tokenizer (its vocabulary sets the embedding size). Built once a process: the decode and cell benches
+    of one run share it (an 8B model takes a minute to build and 16 GB)."""
+    key = (architecture, device, dtype_name)
+    if key not in _BUILT:
+        _BUILT[key] = _build_llama(architecture, device, dtype_name)
+    return _BUILT[key]
+
+
+def _build_llama(architecture: str, device: str, dtype_name: str):
     import torch
     from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
-    from harness.models import get_model
-    from harness.weights import resolve_weights
+    from harness.weights import default_tokenizer_dir
 
-    tokenizer = AutoTokenizer.from_pretrained(resolve_weights(get_model("smollm2")))
+    tokenizer = AutoTokenizer.from_pretrained(default_tokenizer_dir())
     config = LlamaConfig(
         vocab_size=len(tokenizer),
         max_position_embeddings=4096,
@@ -136,7 +146,7 @@ def bench_decode(architecture: str, device: str, repeats: int, threads: int, row
 
     model, backend, dtype, weight_bytes = bench_model(architecture, device, threads, rows)
     tokenizer = backend.tokenizer
-    prompts = [p["prompt"] for p in quick_grid_problems(rows)]
+    prompts = [p["prompt"] for p in quick_grid_problems(rows, tokenizer)]
     tokenizer.padding_side = "left"
     encoded = tokenizer(prompts, add_special_tokens=False, return_tensors="pt", padding=True).to(device)
     rate = copy_rate(device)
@@ -295,25 +305,32 @@ def bench_cell(architecture: str, device: str, repeats: int, threads: int, rows:
     matmul = measure_matmul_flops(torch.float32 if dtype == "fp32" else torch.bfloat16, device=device)
     rate = copy_rate(device)
 
+    def call(steps: int) -> None:
+        """One batch of ``steps`` new tokens a row from the prompts' token ids (tokenized once, before any timing:
+        the host's tokenizer is no part of the prefill), its prefix computed again."""
+        backend._prefixes.clear()  # each call pays for its prefix once, as a cell's first batch does
+        shared = (ids, prefix, backend._prefix_cache(prefix))
+        backend.generate_batch(shared, slice(0, rows), [steps] * rows, greedy, list(range(rows)), to_budget)
+
     def timed(steps: int) -> float:
-        """Median seconds of one call of ``steps`` new tokens a row, its prefix computed again each time."""
+        """Median seconds of ``call``."""
         seconds = []
         for _ in range(repeats):
-            backend._prefixes.clear()  # each call pays for its prefix once, as a cell's first batch does
             synchronize(device)
             started = time.perf_counter()
-            backend.generate(prompts, steps, greedy, answer=to_budget)
+            call(steps)
             synchronize(device)
             seconds.append(time.perf_counter() - started)
         return median(seconds)
 
     started = time.perf_counter()
-    backend.generate(prompts, budget, greedy, answer=to_budget)  # warm-up: compiles every shape timed below
+    call(budget)  # warm-up: compiles every shape timed below
     synchronize(device)
     first_call = time.perf_counter() - started
     prefill, whole = timed(1), timed(budget)
     step = (whole - prefill) / (budget - 1)
-    floor, prefill_bound = weight_bytes / rate, prefill_flops / matmul
+    kv_bytes = kv_bytes_per_step(model.config, rows, max(len(row) - len(prefix) for row in ids), budget, dtype)
+    floor, prefill_bound = (weight_bytes + kv_bytes) / rate, prefill_flops / matmul
     step_bound = max(floor, step_flops / matmul)  # a step reads the weights once and does its rows' FLOPs
     result = {
         **header(architecture, device, dtype, rows),
@@ -327,6 +344,7 @@ def bench_cell(architecture: str, device: str, repeats: int, threads: int, rows:
         "prefill_s": prefill,
         "prefill_bound_s": prefill_bound,
         "decode_step_s": step,
+        "kv_bytes_per_step": kv_bytes,
         "decode_floor_s": floor,
         "decode_flop_bound_s": step_flops / matmul,
         "call_s": whole,
@@ -349,6 +367,19 @@ def bench_cell(architecture: str, device: str, repeats: int, threads: int, rows:
     return result
 
 
+def kv_bytes_per_step(config, rows: int, width: int, budget: int, dtype: str, static: bool = True) -> float:
+    """Bytes of KV cache a decode step reads, on average over a batch's steps: keys and values of every layer for
+    each row's positions (the static path reads them in harness/backends/hf.py's buckets of the filled positions;
+    ``static=False``: every position so far)."""
+    from harness.backends.hf import BUCKET
+
+    head = config.hidden_size // config.num_attention_heads
+    per_position = 2 * config.num_hidden_layers * config.num_key_value_heads * head * (4 if dtype == "fp32" else 2)
+    length = -(-(width + budget) // 64) * 64
+    read = [min(length, -(-(width + s + 1) // BUCKET) * BUCKET) if static else width + s + 1 for s in range(budget)]
+    return rows * per_position * sum(read) / len(read)
+
+
 def cell_markdown(result: dict) -> list[str]:
     """The cell bench as bench.run's results.md shows it."""
     r = result
@@ -364,7 +395,8 @@ def cell_markdown(result: dict) -> list[str]:
         "|---|---:|---:|---:|",
         f"| prefill (budget 1) | {r['prefill_s'] * 1e3:,.1f} ms | {r['prefill_bound_s'] * 1e3:,.1f} ms (FLOPs) | "
         f"{r['prefill_bound_s'] / r['prefill_s']:.0%} |",
-        f"| a decode step | {r['decode_step_s'] * 1e3:,.2f} ms | {r['decode_floor_s'] * 1e3:,.2f} ms (weight read) | "
+        f"| a decode step | {r['decode_step_s'] * 1e3:,.2f} ms | "
+        f"{r['decode_floor_s'] * 1e3:,.2f} ms (weights and KV read) | "
         f"{r['decode_floor_s'] / r['decode_step_s']:.0%} |",
         f"| a decode step | | {r['decode_flop_bound_s'] * 1e3:,.2f} ms (FLOPs) | "
         f"{r['decode_flop_bound_s'] / r['decode_step_s']:.0%} |",

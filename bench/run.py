@@ -35,7 +35,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import harness  # noqa: F401  (thread settings before torch loads)
@@ -440,6 +440,30 @@ def read_results_json(path: Path) -> dict:
     return results
 
 
+def section_parts(section: str, args, work: Path) -> list[tuple[str, Callable[[], object]]]:
+    """A section as its parts: (the key its figures take in results.json, what measures them), in order."""
+    eight_b = "llama-3.1-8b"
+    parts = {
+        "eval": [("eval", lambda: bench_eval(args.problems, args.repeats, args.threads, args.batch_size, work))],
+        "train": [("train", lambda: bench_train(args.repeats, args.threads, args.device, quick=args.quick))],
+        "data": [("data", lambda: bench_data(args.repeats))],
+        "memory": [("memory", lambda: bench_memory(args.threads, args.batch_size, work, quick_grid_problems(16)))],
+        "loop": [
+            ("loop", lambda: bench_decode("tiny", args.device, args.repeats, args.threads, args.batch_size)),
+            ("loop_cell", lambda: bench_cell("tiny", args.device, args.repeats, args.threads, args.batch_size)),
+        ],
+        "api": [("api", lambda: bench_api(args.repeats, args.threads))],
+        "rundir": [("rundir", bench_rundir)],
+        "scoring": [("scoring", lambda: bench_scoring(args.repeats))],
+    }
+    if section == "eval" and args.device != "cpu":  # the 8B architecture on the GPU; one model for both parts
+        return [
+            ("eval_gpu", lambda: bench_decode(eight_b, args.device, args.repeats, args.threads, args.batch_size)),
+            ("eval_gpu_cell", lambda: bench_cell(eight_b, args.device, args.repeats, args.threads, args.batch_size)),
+        ]
+    return parts[section]
+
+
 def bench(args, sections: list[str], command: str) -> int:
     """Run ``sections`` into args.out (held by main's lock), keeping the sections an earlier run measured there."""
     path = args.out / "results.json"
@@ -463,29 +487,11 @@ def bench(args, sections: list[str], command: str) -> int:
     with tempfile.TemporaryDirectory() as scratch_dir:
         work = Path(scratch_dir)
         for section in sections:
-            if section == "eval" and args.device != "cpu":
-                results["eval_gpu"] = bench_decode("llama-3.1-8b", args.device, args.repeats, args.threads)
-                results["eval_gpu_cell"] = bench_cell("llama-3.1-8b", args.device, args.repeats, args.threads)
-            elif section == "eval":
-                results["eval"] = bench_eval(args.problems, args.repeats, args.threads, args.batch_size, work)
-            elif section == "train":
-                results["train"] = bench_train(args.repeats, args.threads, args.device, quick=args.quick)
-            elif section == "data":
-                results["data"] = bench_data(args.repeats)
-            elif section == "memory":
-                results["memory"] = bench_memory(args.threads, args.batch_size, work, quick_grid_problems(16))
-            elif section == "loop":
-                results["loop"] = bench_decode("tiny", args.device, args.repeats, args.threads)
-                results["loop_cell"] = bench_cell("tiny", args.device, args.repeats, args.threads)
-            elif section == "api":
-                results["api"] = bench_api(args.repeats, args.threads)
-            elif section == "rundir":
-                results["rundir"] = bench_rundir()
-            elif section == "scoring":
-                results["scoring"] = bench_scoring(args.repeats)
-            # Written after every section: a crash later loses nothing measured.
-            path.write_text(json.dumps(results, indent=2) + "\n")
-            (args.out / "results.md").write_text(markdown(results))
+            for key, measure in section_parts(section, args, work):
+                results[key] = measure()
+                # Written after every part: a crash or a time limit later loses nothing measured.
+                path.write_text(json.dumps(results, indent=2) + "\n")
+                (args.out / "results.md").write_text(markdown(results))
     print((args.out / "results.md").read_text())
     return 0
 

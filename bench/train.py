@@ -37,9 +37,10 @@ PACKED = 3  # the seeds of a cell
 QUICK_SHAPE = "mul, base 2, n=14"  # a middle length of the grid's sequences (59 tokens)
 
 
-def bench_train(repeats: int, threads: int, device_name: str, steps: int = 20, quick: bool = False) -> dict:
+def bench_train(repeats: int, threads: int, device_name: str, quick: bool = False) -> dict:
     import torch
 
+    from scratch.data import POOL_ROWS, POOL_STEPS
     from scratch.numerics import resolve_device, set_matmul_precision
     from scratch.sweep import load_sweep
     from scratch.train import WARM_STEPS, RunConfig, measure_matmul_flops
@@ -48,7 +49,8 @@ def bench_train(repeats: int, threads: int, device_name: str, steps: int = 20, q
     torch.set_num_threads(threads)
     on_gpu = device.type == "cuda"
     batch = 512 if on_gpu else 4
-    steps, warm_up = (steps, WARM_STEPS) if on_gpu else (2, 1)
+    # a timed window of one data pool's steps holds exactly one refill (batches are made a pool at a time)
+    steps, warm_up = max(1, min(POOL_STEPS, POOL_ROWS // batch)), WARM_STEPS if on_gpu else 1
     measurements = plan(on_gpu, quick)
     shapes = {QUICK_SHAPE: SHAPES[QUICK_SHAPE]} if quick else SHAPES
     gemm = {}
@@ -108,8 +110,9 @@ def plan(on_gpu: bool, quick: bool = False) -> list[tuple[str, int, int]]:
 
 
 def time_steps(configs: list, steps: int, warm_up: int, repeats: int, device) -> dict:
-    """Median over ``repeats`` passes of ``steps`` training steps, after ``warm_up`` steps (which compile and
-    capture graphs on a GPU), timed apart."""
+    """Median over ``repeats`` passes of ``steps`` training steps (one data pool's: each pass makes one pool of
+    batches, as training does every so many steps), after ``warm_up`` steps (which compile and capture graphs on a
+    GPU), timed apart."""
     from scratch.data import Problems
     from scratch.pack import Pack
     from scratch.train import pack_batch, synchronize
@@ -148,6 +151,7 @@ def time_steps(configs: list, steps: int, warm_up: int, repeats: int, device) ->
         "warm_up_s": warm,
         "compiled": pack.compiled,
         "attention": pack.attention,
+        "attention_kernel": pack.attention_kernel(),
         "fell_back": "; ".join(said),
         "flops_per_token": pack.models[0].flops_per_token(configs[0].task().seq_len),
     }
@@ -221,5 +225,6 @@ def ran(row: dict) -> str:
     """Compiled or eager, the attention kernels, and any fallback, in words."""
     if "compiled" not in row:  # written by an older bench
         return ""
-    said = f"{'compiled' if row['compiled'] else 'eager'}, attention {row['attention']}"
+    kernel = f" ({row['attention_kernel']} ran)" if "attention_kernel" in row else ""
+    said = f"{'compiled' if row['compiled'] else 'eager'}, attention {row['attention']}{kernel}"
     return f"{said} ({row['fell_back']})" if row["fell_back"] else said

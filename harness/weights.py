@@ -16,7 +16,7 @@ from pathlib import Path
 from harness.errors import UserError, one_line
 from harness.files import follow_umask, read_json
 from harness.gguf import GGUF_VERSION, check_gguf_type, gguf_variant
-from harness.models import W4_PRECISIONS, ModelSpec, PrecisionSpec
+from harness.models import W4_PRECISIONS, ModelSpec, PrecisionSpec, get_model
 
 
 def has_cuda() -> bool:
@@ -55,6 +55,21 @@ def check_weights(model: ModelSpec, model_path: str | None = None, precision: Pr
         check_weights(base_model(model))
     elif model.kind == "hub":
         _hub_snapshot(model)
+
+
+TOKENIZER_DIR = "NUMPREC_TOKENIZER_DIR"
+
+
+def default_tokenizer_dir() -> str:
+    """Where the default model's tokenizer is: NUMPREC_TOKENIZER_DIR where set (a folder of its tokenizer files, as
+    ../shared/tools/device-stage.sh stages them on a GPU machine that lacks the model's package), else the default
+    model's own folder. The benches and tests that build random models of an architecture take it from here."""
+    staged = os.environ.get(TOKENIZER_DIR)
+    if staged:
+        if not (Path(staged) / "tokenizer.json").is_file():
+            raise UserError(f"{TOKENIZER_DIR}={staged} holds no tokenizer.json; point it at a tokenizer's folder")
+        return staged
+    return resolve_weights(get_model("smollm2"))
 
 
 def resolve_weights(model: ModelSpec, model_path: str | None = None) -> str:

@@ -27,9 +27,10 @@ from harness.errors import one_line
 from scratch.model import GPT, GPTConfig, apply_rotary
 from scratch.numerics import autocast, training_dtype
 
-# --attention: which fused attention kernels the step may use (auto: whichever torch picks, math as its last resort)
+# --attention: which attention kernels the step may use, in the order they are tried. auto: flash, then the
+# memory-efficient kernel, then math; cuDNN's only when asked (its failure stopped the first GPU run of this step).
 ATTENTION = {
-    "auto": [SDPBackend.CUDNN_ATTENTION, SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH],
+    "auto": [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH],
     "flash": [SDPBackend.FLASH_ATTENTION],
     "efficient": [SDPBackend.EFFICIENT_ATTENTION],
     "cudnn": [SDPBackend.CUDNN_ATTENTION],
@@ -134,7 +135,7 @@ class Pack:
     def _losses(self, tokens: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         """Each run's loss (R,) on its batch: tokens and mask (R, B, T)."""
         config = self.configs[0]
-        with autocast(config.precision, self.device.type), sdpa_kernel(ATTENTION[self.attention]):
+        with autocast(config.precision, self.device.type), sdpa_kernel(ATTENTION[self.attention], set_priority=True):
             logits = stacked_logits(self.params, tokens[:, :, :-1], self.cos, self.sin, config.depth, config.n_head)
         return run_losses(logits, tokens, mask)
 
@@ -206,11 +207,28 @@ class Pack:
         }
         self.optimizer.load_state_dict({"state": merged, "param_groups": states[0]["param_groups"]})
 
+    def attention_kernel(self) -> str:
+        """The kernel the step's attention runs on: the first of its setting's kernels, in their order, that takes
+        the step's queries (their shape a row's, their dtype the step's), as scaled_dot_product_attention picks."""
+        config = self.configs[0]
+        dtype = torch.bfloat16 if config.precision.startswith("bf16") else torch.float32
+        length, head = config.task().seq_len - 1, config.n_embd // config.n_head
+        q = torch.randn(1, config.n_head, length, head, device=self.device, dtype=dtype)
+        for backend in ATTENTION[self.attention]:
+            try:
+                with sdpa_kernel([backend]):
+                    F.scaled_dot_product_attention(q, q, q, is_causal=True)
+            except RuntimeError:
+                continue
+            return backend.name.lower().removesuffix("_attention")
+        return "none"
+
     def described(self) -> dict:
-        """What ran, for the summary: compiled or eager (and why), which attention kernels."""
+        """What ran, for the summary: compiled or eager (and why), which attention kernels, and the one that ran."""
         return {
             "compiled": self.compiled,
             "compile_error": self.compile_error,
             "attention": self.attention,
+            "attention_kernel": self.attention_kernel(),
             "attention_error": self.attention_error,
         }

@@ -121,7 +121,7 @@ class RunConfig:
     threads: Annotated[int, _in("threads")] = 1
     device: str = "auto"  # auto (CUDA when present), cpu, cuda, cuda:N
     compile: str = "auto"  # torch.compile the step (CUDA graphs on a GPU): auto (on CUDA), on, off
-    attention: str = "auto"  # attention kernels the step may use: auto (torch's pick), flash, efficient, cudnn, math
+    attention: str = "auto"  # kernels tried in order: auto (flash, efficient, math), flash, efficient, cudnn, math
 
     def task(self) -> Arithmetic:
         return Arithmetic(self.op, self.base, self.length, self.operands, self.fixed_width)

@@ -24,11 +24,10 @@ def write_tiny_llama(out: Path) -> Path:
     import torch
     from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
-    from harness.models import get_model
-    from harness.weights import resolve_weights
+    from harness.weights import default_tokenizer_dir
 
     torch.manual_seed(0)
-    tokenizer = AutoTokenizer.from_pretrained(resolve_weights(get_model("smollm2")))
+    tokenizer = AutoTokenizer.from_pretrained(default_tokenizer_dir())
     ids = {"bos_token_id": tokenizer.bos_token_id, "eos_token_id": tokenizer.eos_token_id}
     config = LlamaConfig(vocab_size=len(tokenizer), **TINY_LLAMA, **ids)
     LlamaForCausalLM(config).to(torch.bfloat16).save_pretrained(out)

@@ -25,6 +25,7 @@ from harness import awq_kernels
 from harness.answers import FIRST_LINE, AnswerMode, finishing_tokens
 from harness.autoawq import require_gptqmodel
 from harness.backends import ChatBackend, Generation, Sampling, feedable_prefix, read_every, shared_prefix
+from harness.backends.opaque import is_gptqmodel_kernel, make_opaque
 from harness.backends.sampling import gumbel_choice, warped_candidates
 from harness.errors import UserError, one_line
 from harness.models import PrecisionSpec
@@ -94,7 +95,10 @@ class HFBackend(ChatBackend):
         self.graphs = self.device == "cuda"  # the static path's steps run as CUDA graphs (else eagerly: tests)
         self.compile_seconds: dict[tuple[int, int], float] = {}  # per step shape: its first call (compiling)
         self._step = None
+        # quantized layers made one operator each in the compiled step (harness/backends/opaque.py)
+        self.opaque_layers = 0
         if self.graphs:
+            self.opaque_layers = make_opaque(self.model, is_gptqmodel_kernel)
             self._step = torch.compile(self._forward_choice, mode="reduce-overhead", dynamic=False)
             # One graph per (slots, cache length): up to 9 x a few shapes, above dynamo's default of 8 recompiles.
             torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 64)
@@ -108,7 +112,8 @@ class HFBackend(ChatBackend):
         """The linear layers' kernel class, and on a GPU whether the decode steps ran as CUDA graphs (inductor's
         fused kernels, whose rounding can differ from eager's) or, after a compiler failure, eagerly."""
         graphs = "; decode steps as CUDA graphs (torch.compile, inductor)" if self.static_decode and self.graphs else ""
-        return linear_kernel(self.model) + graphs
+        opaque = f", {self.opaque_layers} quantized layers one operator each" if graphs and self.opaque_layers else ""
+        return linear_kernel(self.model) + graphs + opaque
 
     @property
     def activation_dtype(self) -> str:
@@ -481,7 +486,7 @@ def _load_kwargs(precision: PrecisionSpec, device: str, weights: str) -> dict:
         if stored.get("quant_method") == "awq":
             # gptqmodel's kernel, chosen and (where it must be) built before loading, each step said
             kernel = awq_kernels.choose(device)
-            awq_kernels.prepare(kernel, lambda line: tqdm.write(line, file=sys.stderr))
+            kernel, _ = awq_kernels.prepare(kernel, lambda line: tqdm.write(line, file=sys.stderr))
             if kernel.backend != "auto":
                 from transformers import AwqConfig
 

@@ -18,7 +18,7 @@ from harness.errors import UserError
 from harness.models import get_model, get_precision
 from harness.problems import Task, generate
 from harness.prompts import user_message
-from harness.weights import resolve_weights
+from harness.weights import default_tokenizer_dir
 from tests.devices import HAS_CUDA
 from tests.tiny import linear_bytes_per_weight
 
@@ -47,7 +47,7 @@ def tiny_autoawq(tmp_path_factory):
     from harness.autoawq import to_autoawq
 
     root = tmp_path_factory.mktemp("tiny-awq")
-    tokenizer_dir = resolve_weights(get_model("smollm2"))
+    tokenizer_dir = default_tokenizer_dir()
     generator = torch.Generator().manual_seed(0)
     config = LlamaConfig(
         vocab_size=49152,
@@ -248,6 +248,7 @@ class Pretended(awq_kernels.Machine):
     def build(self, extension):
         self.builds.append(extension)
         self._built = True
+        return None
 
     def build_seconds(self, extension):
         return 117.0
@@ -260,11 +261,12 @@ def test_the_awq_kernel_is_chosen_named_and_built_before_loading():
     needs_build = Pretended(built=False)
     kernel = awq_kernels.choose("cuda", needs_build, wanted="")
     said: list[str] = []
-    assert kernel.name == "gptqmodel.AwqMarlinLinear" and awq_kernels.prepare(kernel, said.append, needs_build) >= 0
+    assert kernel.name == "gptqmodel.AwqMarlinLinear"
+    assert awq_kernels.prepare(kernel, said.append, needs_build)[0] == kernel
     assert needs_build.builds == ["marlin_fp16"] and len(said) == 2
     assert said[0].startswith("building gptqmodel's gptqmodel.AwqMarlinLinear kernel for AWQ int4 (once;")
     assert "about 2 min" in said[0] and said[1].startswith("built gptqmodel.AwqMarlinLinear in ")
-    assert awq_kernels.prepare(kernel, said.append, needs_build) == 0 and len(said) == 2, "built once"
+    assert awq_kernels.prepare(kernel, said.append, needs_build) == (kernel, 0.0) and len(said) == 2, "built once"
     no_compiler = Pretended(built=False, can_build=False)
     assert awq_kernels.choose("cuda", no_compiler, wanted="").name == "gptqmodel.AwqGEMMTritonLinear"
     no_triton = Pretended(built=False, can_build=False, triton=False)
@@ -273,6 +275,49 @@ def test_the_awq_kernel_is_chosen_named_and_built_before_loading():
     with pytest.raises(UserError, match="names no AWQ kernel"):
         awq_kernels.choose("cuda", Pretended(), wanted="exllama")
     assert awq_kernels.choose("cpu", Pretended(), wanted="marlin") == awq_kernels.CPU_KERNEL
+
+
+class UnbuiltMarlin(awq_kernels.Machine):
+    """This machine as it is, but for two facts no CPU machine has: Marlin not built yet, Triton at hand. Its build
+    is gptqmodel's real one, which fails here (no CUDA)."""
+
+    def built(self, extension):
+        return False
+
+    def has_triton(self):
+        return True
+
+
+def test_a_marlin_build_that_fails_falls_back_to_tritons_kernel_with_one_line():
+    said: list[str] = []
+    kernel, seconds = awq_kernels.prepare(awq_kernels.KERNELS["marlin"], said.append, UnbuiltMarlin())
+    assert kernel == awq_kernels.KERNELS["triton"] and seconds >= 0
+    assert len(said) == 2 and said[0].startswith("building gptqmodel's gptqmodel.AwqMarlinLinear kernel")
+    assert said[1].startswith("could not build gptqmodel.AwqMarlinLinear in ")
+    assert said[1].endswith("AWQ int4 runs on gptqmodel.AwqGEMMTritonLinear instead") and "\n" not in said[1]
+
+
+def test_marlin_is_not_chosen_where_the_cuda_headers_it_includes_are_missing(tmp_path, monkeypatch):
+    """A toolkit with nvcc and ninja but without cuSPARSE's, cuBLAS's and cuSOLVER's headers (a runtime image, or
+    this machine's /usr/local/cuda) cannot build Marlin: the choice is Triton's kernel, before any load."""
+    toolkit = tmp_path / "cuda"
+    (toolkit / "bin").mkdir(parents=True)
+    (toolkit / "include").mkdir()
+    for tool in ("nvcc", "ninja"):
+        (toolkit / "bin" / tool).write_text("#!/bin/sh\n")
+        (toolkit / "bin" / tool).chmod(0o755)
+    monkeypatch.setenv("PATH", str(toolkit / "bin"))
+    monkeypatch.setenv("CUDA_HOME", str(toolkit))
+
+    class Unbuilt(UnbuiltMarlin):
+        pass
+
+    assert not Unbuilt().can_build()
+    assert awq_kernels.choose("cuda", Unbuilt(), wanted="") == awq_kernels.KERNELS["triton"]
+    assert awq_kernels.missing_headers(awq_kernels.header_dirs(toolkit)) == list(awq_kernels.MARLIN_HEADERS)
+    for header in awq_kernels.MARLIN_HEADERS:
+        (toolkit / "include" / header).write_text("")
+    assert Unbuilt().can_build() and awq_kernels.choose("cuda", Unbuilt(), wanted="").name.endswith("MarlinLinear")
 
 
 @pytest.mark.filterwarnings("ignore:You passed `quantization_config`:UserWarning")  # the backend is the point
@@ -300,3 +345,53 @@ def test_an_awq_kernel_that_does_not_exist_is_one_line_before_any_work(tiny_auto
     )  # fmt: skip
     assert_user_error(result, "NUMPREC_AWQ_KERNEL=exllama names no AWQ kernel; use one of marlin, triton, torch")
     assert not out.exists()
+
+
+def decode_step_breaks(backend) -> tuple[int, torch.Tensor]:
+    """Dynamo's graph breaks in one static-cache decode step of ``backend``'s model, and the step's logits."""
+    from transformers import StaticCache
+
+    kv = StaticCache(config=backend.model.config, max_cache_len=32)
+    ids, positions = torch.tensor([[5, 6, 7], [8, 9, 10]]), torch.tensor([[0, 1, 2], [0, 1, 2]])
+    mask = torch.zeros(2, 32, dtype=torch.long)
+    mask[:, :4] = 1
+    with torch.inference_mode():
+        backend._forward(ids, mask, positions, kv, None)
+        torch._dynamo.reset()
+        step = (ids[:, :1], mask[:, :16], positions[:, -1:] + 1, kv, None, False)
+        explained = torch._dynamo.explain(backend._forward_choice)(*step)
+    return explained.graph_break_count, explained.graph_count
+
+
+def test_an_awq_decode_step_compiles_as_one_graph(tiny_autoawq):
+    """gptqmodel's GPU kernels (Marlin's op has no fake implementation) broke the compiled step once a layer; its
+    layers are made one operator each (harness/backends/opaque.py). Counted by dynamo on this CPU: the AWQ model's
+    step before and after, and a stand-in for such a kernel (an int4 matmul an extension registers without a fake
+    implementation) that breaks the graph until its layers are made opaque."""
+    from harness.backends.opaque import is_gptqmodel_kernel, make_opaque
+
+    backend = HFBackend(str(tiny_autoawq[0]), get_precision(get_model("smollm2"), "awq-w4"), batch_size=2)
+    before = decode_step_breaks(backend)
+    layers = make_opaque(backend.model, is_gptqmodel_kernel)
+    after = decode_step_breaks(backend)
+    print(f"AWQ decode step on the CPU: {before} -> {after} (breaks, graphs), {layers} layers opaque")
+    assert layers == 14 and after == (0, 1) and before[0] == 0
+
+    library = torch.library.Library("numprec_test_standin", "DEF")
+    library.define("int4_mm(Tensor x, Tensor w) -> Tensor")
+    library.impl("int4_mm", lambda x, w: torch.nn.functional.linear(x, w), "CPU")
+
+    class StandIn(torch.nn.Linear):
+        def forward(self, x):
+            return torch.ops.numprec_test_standin.int4_mm(x, self.weight)
+
+    model = torch.nn.Sequential(*(StandIn(8, 8) if i % 2 == 0 else torch.nn.ReLU() for i in range(9)))
+    x = torch.randn(3, 8)
+    expected = model(x)
+    torch._dynamo.reset()
+    assert torch._dynamo.explain(model)(x).graph_break_count > 0
+    assert make_opaque(model, lambda module: isinstance(module, StandIn)) == 5
+    torch._dynamo.reset()
+    explained = torch._dynamo.explain(model)(x)
+    assert (explained.graph_break_count, explained.graph_count) == (0, 1)
+    assert torch.equal(torch.compile(model, backend="eager")(x), expected)
