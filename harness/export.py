@@ -101,10 +101,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("run", type=input_path, help="a run directory written by harness.eval (or harness.report)")
     parser.add_argument("--out", type=output_dir, required=True, help="the dataset directory to write")
     args = parser.parse_args(argv)
-    check_out_dir(args.out, [args.run], "harness.export")
-    finished = read_finished(args.run)
     command = command_line("harness.export", argv)
-    with staged_dir(args.out, "harness.export", command) as stage:
+    check_out_dir(args.out, [args.run], "harness.export", command)
+    finished = read_finished(args.run)
+    with staged_dir(args.out, [args.run], "harness.export", command) as stage:
         written = export(finished, stage)
     print(f"wrote {args.out}/ ({', '.join(path.name for path in written)})")
     return 0

@@ -437,13 +437,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("runs", nargs="+", type=input_path, help="finished run directories (harness.eval's)")
     parser.add_argument("--out", type=output_dir, required=True, help="a new directory for the merged report")
     args = parser.parse_args(argv)
-    check_out_dir(args.out, args.runs, "harness.report")
-    rows, samples, record = merge([read_finished(path) for path in args.runs])
     command = command_line("harness.report", argv)
+    check_out_dir(args.out, args.runs, "harness.report", command)
+    rows, samples, record = merge([read_finished(path) for path in args.runs])
     own = {"command": command, "spec": {"runs": [str(path) for path in args.runs]}, **where_and_when()}
     own["digest"] = invocation_digest(own)
     merged = FinishedRun(args.out, rows, samples, {**record, "invocations": [own], "invocation_digests": True})
-    with staged_dir(args.out, "harness.report", command) as stage:
+    with staged_dir(args.out, args.runs, "harness.report", command) as stage:
         atomic_write_text(stage / "results.csv", results_csv_text(rows))
         atomic_write_text(stage / "samples.jsonl", "".join(sample_line(sample) for sample in samples))
         atomic_write_text(stage / "run.json", json.dumps(merged.record, indent=2) + "\n")

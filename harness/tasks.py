@@ -173,7 +173,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--prompt", choices=tuple(PROMPT_STYLES), help="prompt style (default few-shot)")
     parser.add_argument("--model", default="smollm2", help="whose tokenizer counts each cell's budget")
     args = parser.parse_args(argv)
-    check_out_dir(args.out, [], "harness.tasks")
+    command = command_line("harness.tasks", argv)
+    check_out_dir(args.out, [], "harness.tasks", command)
     config_name, config = load_config(args.config)
     settings = {"samples": args.samples, "seed": args.seed, "prompt": args.prompt}
     spec = build_spec(
@@ -187,8 +188,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         for task, lengths in spec.grid
         for length in lengths
     }
-    command = command_line("harness.tasks", argv)
-    with staged_dir(args.out, "harness.tasks", command) as stage:
+    with staged_dir(args.out, [], "harness.tasks", command) as stage:
         names = write_lm_eval(
             stage, spec.grid, spec.base, spec.samples, spec.seed, spec.prompt,
             lambda task, length: budgets[(task.label, length)], args.out,

@@ -119,10 +119,15 @@ def test_the_same_command_again_replaces_its_own_output(runs, tmp_path, capsys):
     refused("harness.export", [runs["fp32"], "--out", dataset], capsys, "results.parquet")
 
 
-def test_a_rerun_of_harness_tasks_with_other_tasks_leaves_only_its_tasks(tmp_path, capsys):
+def test_only_the_exact_same_command_replaces_its_tasks(tmp_path, capsys):
+    """Ownership is the whole command line: the same harness.tasks command replaces its own folder; another one (other
+    tasks) is refused, the folder as it was."""
     out = tmp_path / "tasks"
     grid = ["--harness", "lm-eval", "--out", out, "--lengths", "1", "--samples", "2"]
-    assert command("harness.tasks", [*grid, "--tasks", "add,mul"], capsys)[0] == 0
+    assert command("harness.tasks", [*grid, "--tasks", "mul"], capsys)[0] == 0
+    before = hashes(out)
+    refused("harness.tasks", [*grid, "--tasks", "add,mul"], capsys, "files python -m harness.tasks did not write")
+    assert hashes(out) == before
     assert command("harness.tasks", [*grid, "--tasks", "mul"], capsys)[0] == 0
     assert sorted(path.name for path in (out / "data").iterdir()) == ["numprec_mul_n1.jsonl"]
     # the data file named where it is now, not where it was built

@@ -1,0 +1,129 @@
+"""Nothing a reader command writes replaces what it did not make: ownership by content (the whole command line, its
+inputs' identities, every file's digest), no link followed, the --out check made again under the lock. Each case
+hashes the input runs (and whatever --out held) before and after: equal; each refusal is one line, exit 2."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from harness.errors import UserError
+from harness.outputs import MANIFEST, check_out_dir, digest, staged_dir
+from tests.harness.helpers import ROOT, assert_user_error, command_env
+from tests.harness.test_merge import run
+from tests.harness.test_readers import command, copy, hashes, refused, without_permission_override
+
+pytestmark = pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    base = tmp_path_factory.mktemp("outputs")
+    return {"fp32": run(base / "fp32", ["fp32"]), "bf16": run(base / "bf16", ["bf16"])}
+
+
+def tree(path) -> dict:
+    """What is at ``path``, links named as links (their targets never read)."""
+    return {
+        str(p.relative_to(path)): (f"-> {os.readlink(p)}" if p.is_symlink() else p.read_bytes() if p.is_file() else "/")
+        for p in sorted(path.rglob("*"))
+    }
+
+
+def test_a_merged_run_is_replaced_only_by_the_command_that_made_it(runs, tmp_path, capsys):
+    a, b = copy(runs["fp32"], tmp_path / "a"), copy(runs["bf16"], tmp_path / "b")
+    merged = tmp_path / "mergedBA"
+    assert command("harness.report", [b, a, "--out", merged], capsys)[0] == 0
+    before = {path: hashes(path) for path in (a, b, merged)}
+    refused("harness.report", [a, b, "--out", merged], capsys, "already holds a run")
+    refused("harness.export", [a, "--out", merged], capsys, "already holds a run", "never replaces")
+    refused("harness.tasks", ["--harness", "lm-eval", "--out", merged], capsys, "already holds a run")
+    assert {path: hashes(path) for path in (a, b, merged)} == before
+    assert command("harness.report", [b, a, "--out", merged], capsys)[0] == 0, "the same command replaces its own"
+
+
+def test_a_run_holding_a_forged_manifest_is_never_replaced(runs, tmp_path, capsys):
+    a, b = copy(runs["fp32"], tmp_path / "a"), copy(runs["bf16"], tmp_path / "b")
+    files = {p.name: digest(p) for p in b.iterdir() if p.is_file()}
+    forged = {"written_by": "harness.export", "command": f"python -m harness.export {a} --out {b}", "files": files}
+    (b / MANIFEST).write_text(json.dumps(forged))
+    before = hashes(b)
+    refused("harness.export", [a, "--out", b], capsys, "already holds a run")
+    refused("harness.tasks", ["--harness", "lm-eval", "--out", b], capsys, "already holds a run")
+    refused("harness.report", [a, "--out", b], capsys, "already holds a run")
+    assert hashes(b) == before
+
+
+@pytest.mark.parametrize("target", ["the input run", "a user directory"])
+def test_a_staging_name_that_is_a_link_is_refused_and_nothing_behind_it_is_touched(target, runs, tmp_path, capsys):
+    a = copy(runs["fp32"], tmp_path / "a")
+    user = tmp_path / "user"
+    user.mkdir()
+    (user / "notes.txt").write_text("mine\n")
+    pointed = a if target == "the input run" else user
+    before = {a: tree(a), user: tree(user)}
+    for module, argv in [
+        ("harness.export", [a]),
+        ("harness.report", [a]),
+        ("harness.tasks", ["--harness", "lm-eval", "--lengths", "1", "--samples", "2"]),
+    ]:
+        (tmp_path / ".e.numprec-partial").symlink_to(pointed)
+        refused(module, [*argv, "--out", tmp_path / "e"], capsys, ".e.numprec-partial is a link", "remove it")
+        (tmp_path / ".e.numprec-partial").unlink()
+    assert {a: tree(a), user: tree(user)} == before and not (tmp_path / "e").exists()
+
+
+def test_a_staging_directory_another_made_is_refused(runs, tmp_path, capsys):
+    stage = tmp_path / ".e.numprec-partial"
+    stage.mkdir()
+    (stage / "precious.txt").write_text("not numprec's\n")
+    refused("harness.export", [runs["fp32"], "--out", tmp_path / "e"], capsys, "is not a staging directory")
+    assert tree(stage) == {"precious.txt": b"not numprec's\n"}
+
+
+def test_an_out_that_is_a_link_to_an_empty_directory_is_refused(runs, tmp_path, capsys):
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    link = tmp_path / "le"
+    link.symlink_to(empty)
+    for module, argv in [("harness.export", [runs["fp32"]]), ("harness.report", [runs["fp32"]])]:
+        refused(module, [*argv, "--out", link], capsys, "is a link")
+    assert link.is_symlink() and not os.listdir(empty)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["empty", "le"], "nothing left beside it"
+
+
+def test_the_out_check_is_made_again_under_the_lock(runs, tmp_path, capsys):
+    """A writer that passed its first check before another finished sees, once it holds the lock, what that one
+    wrote: export's check passes on an absent --out, report then writes its merged run there, and export's staged
+    write refuses before writing anything."""
+    a, b = runs["fp32"], runs["bf16"]
+    out = tmp_path / "w"
+    export = f"python -m harness.export {a} --out {out}"
+    check_out_dir(out, [a], "harness.export", export)  # passes: nothing there yet
+    assert command("harness.report", [a, b, "--out", out], capsys)[0] == 0
+    before = hashes(out)
+    with pytest.raises(UserError, match="already holds a run"), staged_dir(out, [a], "harness.export", export):
+        raise AssertionError("never reached: the check under the lock refuses")
+    assert hashes(out) == before and not [p for p in tmp_path.iterdir() if p.name.startswith(".")]
+
+
+def test_stale_staging_that_cannot_be_cleared_is_one_line_naming_it(runs, tmp_path):
+    stage = tmp_path / ".e.numprec-partial"
+    (stage / "sub").mkdir(parents=True)
+    (stage / ".numprec-stage").write_text("harness.export\n")
+    (stage / "sub" / "left.parquet").write_text("half written\n")
+    os.chmod(stage / "sub", 0o500)
+    try:
+        result = subprocess.run(
+            [sys.executable, "-m", "harness.export", str(runs["fp32"]), "--out", str(tmp_path / "e")],
+            capture_output=True, text=True, cwd=ROOT, env=command_env(), timeout=120,
+            preexec_fn=without_permission_override if os.geteuid() == 0 else None,
+        )  # fmt: skip
+        assert_user_error(result, f"cannot clear {stage}")
+    finally:
+        os.chmod(stage / "sub", 0o700)
+    assert (stage / "sub" / "left.parquet").read_text() == "half written\n"
