@@ -399,6 +399,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     unknown = set(sections) - set(SECTIONS)
     if unknown:
         raise UserError(f"unknown section(s) {', '.join(sorted(unknown))}; known: {', '.join(SECTIONS)}")
+    if args.quick and "train" not in sections:
+        raise UserError(f"--quick shortens the train section only, not {', '.join(sections)}; drop it or add train")
     command = command_line("bench.run", argv)
     lock = DirectoryLock(args.out, command)
     try:
@@ -442,7 +444,6 @@ def read_results_json(path: Path) -> dict:
 
 def section_parts(section: str, args, work: Path) -> list[tuple[str, Callable[[], object]]]:
     """A section as its parts: (the key its figures take in results.json, what measures them), in order."""
-    eight_b = "llama-3.1-8b"
     parts = {
         "eval": [("eval", lambda: bench_eval(args.problems, args.repeats, args.threads, args.batch_size, work))],
         "train": [("train", lambda: bench_train(args.repeats, args.threads, args.device, quick=args.quick))],
@@ -457,10 +458,9 @@ def section_parts(section: str, args, work: Path) -> list[tuple[str, Callable[[]
         "scoring": [("scoring", lambda: bench_scoring(args.repeats))],
     }
     if section == "eval" and args.device != "cpu":  # the 8B architecture on the GPU; one model for both parts
-        return [
-            ("eval_gpu", lambda: bench_decode(eight_b, args.device, args.repeats, args.threads, args.batch_size)),
-            ("eval_gpu_cell", lambda: bench_cell(eight_b, args.device, args.repeats, args.threads, args.batch_size)),
-        ]
+        common = (args.device, args.repeats, args.threads, args.batch_size)
+        return [("eval_gpu", lambda: bench_decode("llama-3.1-8b", *common)),
+                ("eval_gpu_cell", lambda: bench_cell("llama-3.1-8b", *common))]  # fmt: skip
     return parts[section]
 
 

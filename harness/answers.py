@@ -163,6 +163,6 @@ def answer_mode(described: str) -> AnswerMode:
         return FIRST_LINE
     name, _, rest = described.partition(":")
     budget, _, think_end = rest.partition(":")
-    if name != FreeForm.name or not budget.isdigit() or not think_end:
+    if name != FreeForm.name or not (budget.isascii() and budget.isdigit()) or not think_end:
         raise ValueError(f"no answer mode {described!r}")
     return FreeForm(int(budget), think_end)

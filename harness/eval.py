@@ -85,12 +85,19 @@ def series_of(spec: RunSpec) -> list[tuple[str, str]]:
 
 
 def plan_variants(spec: RunSpec) -> list[Variant]:
-    """Check every model/precision the run names before any work starts."""
+    """Check every model/precision the run names before any work starts: the names and settings first (cheap, in
+    plan order), then the weights and checkpoints."""
     variants = []
+    named = []
     for name, precision_name in series_of(spec):
         model = get_model(name)
         precision = get_precision(model, precision_name)
-        backend = backend_for(spec.backend, precision)
+        named.append((model, precision, backend_for(spec.backend, precision)))
+    if any(backend == "hf" for _, _, backend in named):
+        read_every()  # the transformers backend's setting, said before any work when it is not one
+    if any(precision.method == "awq" and backend == "hf" for _, precision, backend in named):
+        awq_kernels.wanted_kernel()  # a kernel name of none: said before the checkpoint is looked at
+    for model, precision, backend in named:
         if backend == "api":
             variants.append(plan_served(model, precision, spec))
             continue
@@ -115,10 +122,6 @@ def plan_variants(spec: RunSpec) -> list[Variant]:
         variants.append(Variant(model, precision, spec.adapter, backend))
     for name in dict.fromkeys(variant.model.name for variant in variants if variant.backend != "api"):
         check_thinking_before_loading(get_model(name), spec)
-    if any(variant.backend == "hf" for variant in variants):
-        read_every()  # the transformers backend's setting, said before any work when it is not one
-    if any(variant.precision.method == "awq" and variant.backend == "hf" for variant in variants):
-        awq_kernels.wanted_kernel()
     return variants
 
 

@@ -110,7 +110,8 @@ def repair_by_rescore(directory: Path, record: dict) -> str:
 def repair_by_report(directory: Path, record: dict) -> str:
     """A merged run is made again from its sources by the harness.report command that made it."""
     own = [entry["command"] for entry in record.get("invocations", []) if "harness.report" in entry["command"]]
-    again = own[-1] if own else "the harness.report command that made it"
+    # into this directory, wherever the merged run was made: it may have been moved or copied since
+    again = eval_into(own[-1], directory) if own else f"the harness.report command that made it, with --out {directory}"
     return f"it is a merged run: make it again from its sources with {again}"
 
 
@@ -160,6 +161,12 @@ def _check_record(directory: Path, record: dict, rows: list[CellResult]) -> None
             "run came from"
         )
     signed = record.get("invocation_digests")
+    if rows and not signed and not any("digest" in entry for entry in invocations(record)):
+        raise UserError(
+            f"{where} is unsigned (its commands carry no digests: written before numprec signed them, or the digests "
+            f"were removed), so its commands cannot be told from edited ones; if you trust it, sign it with "
+            f"python -m harness.rescore {directory}"
+        )
     for entry in invocations(record):
         if ("digest" in entry or signed) and entry.get("digest") != invocation_digest(entry):
             change = "its digest differs" if "digest" in entry else "its digest was removed"
@@ -252,6 +259,14 @@ def _read_run(directory: Path) -> FinishedRun:
             )
     cells = [planned_cells(entry.get("spec", {})) for entry in eval_commands(record)]
     planned = set().union(*cells) if cells and all(found is not None for found in cells) else set()
+    unplanned = sorted(seen - planned, key=lambda k: (k.seed, k.series, k.task_label, k.length)) if planned else []
+    if unplanned:
+        first = unplanned[0]
+        raise UserError(
+            f"{directory}/results.csv has {len(unplanned)} row(s) no harness.eval command in its run.json planned "
+            f"({first.series} {first.task_label} n={first.length} seed {first.seed}...): rows from another run were "
+            "added; restore results.csv and samples.jsonl from where the run came from"
+        )
     stopped = {key for key in by_cell if key not in seen}  # samples of a cell whose row was never written
     missing = sorted((planned | stopped) - seen, key=lambda k: (k.seed, k.series, k.task_label, k.length))
     kept = [sample for sample in samples if CellKey.of(sample) in seen]

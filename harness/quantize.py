@@ -304,6 +304,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"--group-size {group_size} differs from {args.model}'s registered {precision.name} "
             f"(group {precision.group_size}); pass --out DIR and evaluate it with --model-path DIR"
         )
+    if not os.environ.get(HANDED_OVER) and model.kind == "hub":
+        resolve_weights(model, model_path)  # weights missing from this machine: said before anything is announced
     checkpoint_format = args.format or ("autoawq" if args.method == "awq" else "compressed-tensors")
     if checkpoint_format == "autoawq":
         if args.method != "awq":

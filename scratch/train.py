@@ -276,6 +276,9 @@ def pack_batch(problems: Sequence[Problems], batch_size: int) -> tuple[torch.Ten
 # What a resumed checkpoint must share with the command: the task, the model's shape, the precision and the run.
 RESUME_KEYS = ("op", "operands", "base", "length", "fixed_width", "precision", "depth", "n_embd", "n_head", "seed")
 RESUME_KEYS += ("batch_size",)
+# What a resumed run must also keep: settings that change the training from the step it resumes at (the schedule,
+# the optimiser, the attention kernel's arithmetic; more steps only lengthen it). A summary describes the whole run.
+TRAINING_KEYS = ("lr", "weight_decay", "warmup_steps", "attention")
 
 
 def read_checkpoint(path: Path, config: RunConfig, device: torch.device | str = "cpu") -> dict | None:
@@ -305,6 +308,16 @@ def read_checkpoint(path: Path, config: RunConfig, device: torch.device | str = 
     ]
     if differs:
         raise UserError(f"{path} is another run's checkpoint ({', '.join(differs)}); pass another --out to keep both")
+    changed = [
+        f"{key} {theirs[key]!r} there vs {ours[key]!r} now"
+        for key in TRAINING_KEYS
+        if key in theirs and theirs[key] != ours[key]
+    ]
+    if changed:
+        raise UserError(
+            f"{path} was trained with other settings ({', '.join(changed)}), which would change the run from step "
+            f"{state['step']} on; resume with its settings, or pass another --out"
+        )
     return state
 
 

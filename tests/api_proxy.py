@@ -93,6 +93,19 @@ class FaultProxy:
                 if fault and fault[0] == "badjson":
                     self.reply(200, b'{"id": "x", "choices": [', {})
                     return
+                if fault and fault[0] == "trickle":  # one byte a second of a reply that never ends (bounded)
+                    try:
+                        self.send_response(200)
+                        self.send_header("Content-Type", "application/json")
+                        self.send_header("Content-Length", "100000")
+                        self.end_headers()
+                        for _ in range(fault[1]):
+                            self.wfile.write(b" ")
+                            self.wfile.flush()
+                            time.sleep(1)
+                    except OSError:
+                        pass  # the client gave up
+                    return
                 if fault and fault[0] == "slow":
                     time.sleep(fault[1])
                 upstream = http.client.HTTPConnection("127.0.0.1", proxy.upstream_port, timeout=300)

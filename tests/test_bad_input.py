@@ -478,6 +478,7 @@ SCRATCH_SWEEP = [
 ]
 
 QUANTIZE = [
+    ("hub-weights-absent", ["--model", "llama-int4", "--method", "awq", "--out", "q"], "are not on this machine"),
     ("group-0", ["--method", "gptq", "--group-size", "0"], "--group-size: must be at least 8"),
     ("group-negative", ["--method", "gptq", "--group-size", "-1"], "must be at least 8"),
     ("group-huge", ["--method", "gptq", "--group-size", "100000"], "at most 4,096"),
@@ -511,6 +512,7 @@ BENCH = [
     ("batch-0", ["--out", "b", "--batch-size", "0"], "--batch-size: must be at least 1"),
     ("section-unknown", ["--out", "b", "--only", "speed"], "unknown section"),
     ("section-repeated", ["--out", "b", "--only", "eval,eval"], "lists eval twice"),
+    ("quick-not-train", ["--out", "b", "--only", "rundir", "--quick"], "--quick shortens the train section only"),
     ("out-a-file", ["--out", "a_file"], "is a file"),
     ("out-missing", ["--problems", "5"], "required: --out"),
     ("abbreviated", ["--out", "b", "--prob", "5"], "--prob is not a flag; write it in full"),
@@ -919,11 +921,24 @@ def test_serve_on_a_port_in_use_is_one_line(capsys):
     assert exit_info.value.code == 2 and lines == [f"error: port {port} on 127.0.0.1 is in use; pass another --port"]
 
 
-def test_a_bad_read_every_is_one_line_before_any_work(tmp_path):
-    """NUMPREC_READ_EVERY (how often the GPU decode path reads the device) is read when the backend starts."""
+@pytest.mark.parametrize("value", ["often", "²", "٣"])
+def test_a_bad_read_every_is_one_line_before_any_work(value, tmp_path):
+    """NUMPREC_READ_EVERY (how often the GPU decode path reads the device) is read when the backend starts: ASCII
+    digits only (Python's isdigit takes a superscript two, int() an Arabic-Indic three)."""
     result = run_module(
         "harness.eval", "--tasks", "add", "--lengths", "1", "--samples", "2", "--precision", "fp32",
-        "--out", str(tmp_path / "run"), env={"NUMPREC_READ_EVERY": "often"},
+        "--out", str(tmp_path / "run"), env={"NUMPREC_READ_EVERY": value},
     )  # fmt: skip
-    assert_user_error(result, "NUMPREC_READ_EVERY='often': give a whole number of decode steps, at least 1")
+    assert_user_error(result, f"NUMPREC_READ_EVERY={value!r}: give a whole number of decode steps, at least 1")
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_junk_awq_kernel_is_named_before_the_checkpoint_is_looked_at(tmp_path):
+    """Settings are checked in plan order: NUMPREC_AWQ_KERNEL, a name of no kernel, is the one line even where the
+    AWQ checkpoint it would load is not there either."""
+    result = run_module(
+        "harness.eval", "--precision", "awq-w4", "--model-path", str(tmp_path), "--tasks", "add", "--lengths", "1",
+        "--samples", "2", "--out", str(tmp_path / "run"), env={"NUMPREC_AWQ_KERNEL": "exllama"},
+    )  # fmt: skip
+    assert_user_error(result, "NUMPREC_AWQ_KERNEL=exllama names no AWQ kernel")
     assert not (tmp_path / "run").exists()

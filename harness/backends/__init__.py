@@ -85,7 +85,7 @@ READ_EVERY = 8
 def read_every() -> int:
     """READ_EVERY, or NUMPREC_READ_EVERY's whole number of steps (at least 1); anything else is one line."""
     text = os.environ.get("NUMPREC_READ_EVERY", str(READ_EVERY)).strip()
-    if not text.isdigit() or int(text) < 1:
+    if not (text.isascii() and text.isdigit()) or int(text) < 1:  # ASCII: "²".isdigit() is true
         raise UserError(f"NUMPREC_READ_EVERY={text!r}: give a whole number of decode steps, at least 1 (default 8)")
     return int(text)
 

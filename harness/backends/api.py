@@ -48,6 +48,7 @@ from urllib.parse import parse_qsl, urlsplit
 
 from harness.answers import FIRST_LINE, AnswerMode
 from harness.backends import ChatBackend, Generation, Sampling
+from harness.backends.abandon import DeadlineExceeded, run_abandoning, within_deadline
 from harness.backends.pacing import AdaptiveLimit
 from harness.errors import UserError
 from harness.files import append_lines, atomic_write_bytes, parse_json_line, read_lines
@@ -481,8 +482,11 @@ class APIBackend(ChatBackend):
                     raise UserError("abandoned: the run stopped")
                 ticket, outcome, wait = self.pacing.acquire(), "failed", None
                 try:
-                    raw = create.with_raw_response.create(**body, extra_body=extra or None)
-                    response = raw.parse()
+                    response = within_deadline(
+                        lambda: create.with_raw_response.create(**body, extra_body=extra or None).parse(),
+                        self.endpoint.timeout,
+                        stop,
+                    )
                     if not getattr(response, "choices", None):
                         raise ValueError("a reply with no choices")
                     choice = response.choices[0]
@@ -499,6 +503,14 @@ class APIBackend(ChatBackend):
                                 f"{str(err).splitlines()[0][:80] if str(err) else ''}), retries spent"
                             )
                         ) from None
+                except DeadlineExceeded:
+                    if attempt == self.endpoint.retries:
+                        raise UserError(
+                            f"{shown_url(base)} did not finish a reply within --api-timeout "
+                            f"{self.endpoint.timeout:g} s, retries spent; raise --api-timeout or --api-retries; "
+                            "finished requests are saved: rerun to resume"
+                        ) from None
+                    outcome = "pushed back"
                 except openai.OpenAIError as err:
                     if not retryable(err) or attempt == self.endpoint.retries:
                         raise UserError(
@@ -513,45 +525,6 @@ class APIBackend(ChatBackend):
             with self._pick:
                 self._in_flight[replica] -= 1
         raise AssertionError("unreachable")
-
-
-def run_abandoning(calls: list, workers: int, stop: threading.Event) -> None:
-    """Run ``calls`` on ``workers`` daemon threads and return when all are done. The first that fails, or a Ctrl-C,
-    ends the wait at once: no further call starts, and those still waiting on a server are abandoned (a daemon thread
-    does not hold up the process's exit, as a ThreadPoolExecutor's workers would until their timeouts); what they
-    finished is journaled, what they did not is asked again on resume."""
-    pending = list(reversed(calls))
-    lock, done = threading.Lock(), threading.Event()
-    failures: list[BaseException] = []
-    left = [len(calls)]
-
-    def work() -> None:
-        while not stop.is_set():
-            with lock:
-                if not pending:
-                    return
-                call = pending.pop()
-            try:
-                call()
-            except BaseException as err:  # said by the waiting thread
-                failures.append(err)
-                stop.set()
-                done.set()
-                return
-            with lock:
-                left[0] -= 1
-                if left[0] == 0:
-                    done.set()
-
-    for _ in range(workers):
-        threading.Thread(target=work, daemon=True).start()
-    try:
-        while not done.wait(0.1):  # a short wait: Ctrl-C is taken between waits
-            pass
-    finally:
-        stop.set()
-    if failures:
-        raise failures[0]
 
 
 def retryable(err: Exception) -> bool:

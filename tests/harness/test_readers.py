@@ -241,6 +241,26 @@ def samples_of_one_cell_gone(directory: Path) -> None:
     (directory / "samples.jsonl").write_text("".join(line for line in lines if '"length": 3' not in line))
 
 
+def unsigned_and_edited(record: dict) -> None:
+    """The invocation digests removed, then a command edited: what a signature would have caught."""
+    record.pop("invocation_digests", None)
+    for entry in record["invocations"]:
+        entry.pop("digest", None)
+    forged_seed(record)
+
+
+def rows_of_another_run_appended(source: Path):
+    """Another run's rows and samples (bf16, which this run never planned) appended to it."""
+
+    def append(directory: Path) -> None:
+        with open(directory / "results.csv", "a") as handle:
+            handle.write("".join((source / "results.csv").read_text().splitlines(keepends=True)[1:]))
+        with open(directory / "samples.jsonl", "a") as handle:
+            handle.write((source / "samples.jsonl").read_text())
+
+    return append
+
+
 DAMAGED = [
     ("header-only", header_only, "is unfinished: 3 of its 3 planned cells"),
     ("repeated-row", lambda d: rewrite_rows(d, lambda rows: rows + rows[:1]), "has two rows in results.csv"),
@@ -249,11 +269,14 @@ DAMAGED = [
     ("forged-identity-seed", lambda d: rewrite_record(d, lambda r: r["identity"].update(seed=7)), "edited by hand"),
     ("invocations-a-string", lambda d: rewrite_record(d, lambda r: r.update(invocations="a run")), "is damaged"),
     ("samples-missing", samples_of_one_cell_gone, "python -m harness.eval"),
+    ("unsigned-and-edited", lambda d: rewrite_record(d, unsigned_and_edited), "is unsigned"),
+    ("rows-no-command-planned", "bf16 rows", "no harness.eval command in its run.json planned"),
 ]
 
 
 @pytest.mark.parametrize("name,damage,fragment", DAMAGED, ids=[case[0] for case in DAMAGED])
 def test_a_damaged_run_is_refused_by_every_reader_in_one_line(name, damage, fragment, runs, tmp_path, capsys):
+    damage = rows_of_another_run_appended(runs["bf16"]) if damage == "bf16 rows" else damage
     damaged = edited(runs["fp32"], tmp_path / "damaged", damage)
     before = hashes(damaged)
     for module, argv in [

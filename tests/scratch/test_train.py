@@ -257,3 +257,17 @@ def test_on_cuda_a_compiled_pack_follows_the_eager_runs(tmp_path):
     for config, together in zip(runs, compiled, strict=True):
         alone = run(replace(config, compile="off"), None, log=quiet)
         assert losses(together) == pytest.approx(losses(alone), rel=1e-3)
+
+
+@pytest.mark.parametrize("change", [{"lr": 2e-3}, {"attention": "math"}])
+def test_a_resume_that_would_change_the_training_is_refused(change, tmp_path):
+    """Asked again with another learning rate or attention kernel, a run would resume and write a summary as if the
+    whole run had used them: refused in one line naming the setting; more steps only lengthen the run."""
+    from harness.errors import UserError
+
+    short = replace(SMALL, length=2, depth=1, steps=10, batch_size=16, eval_every=10, test_size=50, warmup_steps=2)
+    run(short, tmp_path, log=lambda line: None)
+    before = (tmp_path / "summary.json").read_bytes()
+    with pytest.raises(UserError, match=f"was trained with other settings \\({next(iter(change))} "):
+        run(replace(short, steps=20, **change), tmp_path, log=lambda line: None)
+    assert (tmp_path / "summary.json").read_bytes() == before
