@@ -127,3 +127,23 @@ def test_stale_staging_that_cannot_be_cleared_is_one_line_naming_it(runs, tmp_pa
     finally:
         os.chmod(stage / "sub", 0o700)
     assert (stage / "sub" / "left.parquet").read_text() == "half written\n"
+
+
+def test_a_deeply_nested_manifest_is_none_of_ours_in_one_line(runs, tmp_path, capsys):
+    out = tmp_path / "deep"
+    out.mkdir()
+    (out / MANIFEST).write_text("[" * 100_000 + "]" * 100_000)
+    before = tree(out)
+    refused("harness.export", [runs["fp32"], "--out", out], capsys, "did not write", MANIFEST)
+    assert tree(out) == before
+
+
+def test_a_damaged_merged_run_names_its_repair_into_where_it_is_now(runs, tmp_path, capsys):
+    merged = tmp_path / "merged"
+    assert command("harness.report", [runs["fp32"], runs["bf16"], "--out", merged], capsys)[0] == 0
+    moved = tmp_path / "moved"
+    merged.rename(moved)
+    lines = (moved / "results.csv").read_text().splitlines(keepends=True)
+    (moved / "results.csv").write_text("".join(lines + lines[1:2]))  # a row twice
+    line = refused("harness.export", [moved, "--out", tmp_path / "dataset"], capsys, "python -m harness.report")
+    assert f"--out {moved}" in line and f"--out {merged}" not in line, line
