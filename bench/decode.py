@@ -49,20 +49,12 @@ ARCHITECTURES = {
 }
 
 
-_BUILT: dict[tuple[str, str, str], tuple] = {}  # one model per architecture, device and dtype a process
+_BENCHED: dict[tuple[str, str, str], tuple] = {}  # the benches' model per architecture, device and dtype
 
 
 def random_llama(architecture: str, device: str, dtype_name: str):
     """(model, tokenizer): a Llama of ``architecture``, randomly initialised on ``device``, with the default
-    model's tokenizer (its vocabulary sets the embedding size). Built once a process: the decode and cell benches
-    of one run share it (an 8B model takes a minute to build and 16 GB)."""
-    key = (architecture, device, dtype_name)
-    if key not in _BUILT:
-        _BUILT[key] = _build_llama(architecture, device, dtype_name)
-    return _BUILT[key]
-
-
-def _build_llama(architecture: str, device: str, dtype_name: str):
+    model's tokenizer (its vocabulary sets the embedding size); a new one each call."""
     import torch
     from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
@@ -100,7 +92,11 @@ def bench_model(architecture: str, device: str, threads: int, rows: int):
 
     torch.set_num_threads(threads)
     dtype = "fp32" if device == "cpu" else "bf16"
-    model, tokenizer = random_llama(architecture, device, dtype)
+    key = (architecture, device, dtype)
+    # built once a process: the decode and cell benches of a run share it (an 8B model: a minute to build, 16 GB)
+    if key not in _BENCHED:
+        _BENCHED[key] = random_llama(architecture, device, dtype)
+    model, tokenizer = _BENCHED[key]
     backend = HFBackend.from_model(model, tokenizer, get_precision(get_model("smollm2"), dtype), batch_size=rows)
     weight_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
     embedding = model.get_input_embeddings().weight

@@ -5,7 +5,8 @@
 
 For the grid's longest sequence of each kind of task (scratch/configs/paper.yaml): fp32 and bf16 at depth 3 and
 5, one run alone and a pack of the three seeds, and the other precisions packed at depth 3 (``plan``); ``--quick``
-times one shape (mul base 2, n=14) per precision (fp32, tf32, bf16, bf16-amp), alone and packed, at depth 3. Each
+times one shape (mul base 2, n=14) per precision (fp32, tf32, bf16, bf16-amp), alone and packed, at depth 3 (on a
+CPU, a smoke of the section: fp32 and bf16 packed). Each
 measurement: steps/s, tokens/s, MFU against the matrix-multiply rate measured in the same run and dtype (a pack's
 runs counted together), the share of a step the host spends making the batch, and the seconds of the first steps
 (compiling and capturing graphs) apart from the rate. From those, the projected device-hours of the paper grid:
@@ -99,10 +100,12 @@ def bench_train(repeats: int, threads: int, device_name: str, quick: bool = Fals
 def plan(on_gpu: bool, quick: bool = False) -> list[tuple[str, int, int]]:
     """(precision, depth, runs packed) to time on each shape: the grid's precisions at its depths, alone and
     packed, and the other precisions once, packed; ``quick``: every precision at depth 3, alone and packed (on one
-    shape). Each compiles once on a GPU, so the lists are kept short; a CPU times depth 3 only (and no tf32)."""
-    if quick:
-        precisions = ("fp32", "tf32", "bf16", "bf16-amp") if on_gpu else ("fp32", "bf16", "bf16-amp")
-        return [(precision, 3, runs) for precision in precisions for runs in (1, PACKED)]
+    shape; a CPU's quick plan is a smoke: fp32 and bf16, packed). Each compiles once on a GPU, so the lists are kept
+    short; a CPU times depth 3 only (and no tf32)."""
+    if quick:  # on a CPU a smoke of the section: fp32 and bf16, packed
+        if not on_gpu:
+            return [(precision, 3, PACKED) for precision in ("fp32", "bf16")]
+        return [(precision, 3, runs) for precision in ("fp32", "tf32", "bf16", "bf16-amp") for runs in (1, PACKED)]
     depths = (3, 5) if on_gpu else (3,)
     grid = [(precision, depth, runs) for precision in ("fp32", "bf16") for depth in depths for runs in (1, PACKED)]
     others = ("tf32", "bf16-amp") if on_gpu else ("bf16-amp",)

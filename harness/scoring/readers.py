@@ -40,6 +40,11 @@ def _none(refusal: Refusal) -> str:
     return refusal.value
 
 
+def _never_leaves_thinking(output: str) -> Example:
+    """An output whose thinking is never closed: no answer, whatever it says."""
+    return Example(output, "47 + 85", None, _none(Refusal.NOTHING_AFTER_THINKING), modes=FREE)
+
+
 READERS = (
     Reader(
         "equals",
@@ -175,23 +180,9 @@ READERS = (
         "thinking is never read, whatever its marker, closed or not; operands may carry the task's base",
         (
             Example("<think>7 and 8 make 15</think>7 + 8 = 15", "7 + 8", "15", "equals"),
-            Example(
-                "[THINK]The final answer is 132.", "47 + 85", None, _none(Refusal.NOTHING_AFTER_THINKING), modes=FREE
-            ),
-            Example(
-                "<|START_THINKING|>The final answer is 132.",
-                "47 + 85",
-                None,
-                _none(Refusal.NOTHING_AFTER_THINKING),
-                modes=FREE,
-            ),
-            Example(
-                "<|channel|>analysis<|message|>The final answer is 132.",
-                "47 + 85",
-                None,
-                _none(Refusal.NOTHING_AFTER_THINKING),
-                modes=FREE,
-            ),
+            _never_leaves_thinking("[THINK]The final answer is 132."),
+            _never_leaves_thinking("<|START_THINKING|>The final answer is 132."),
+            _never_leaves_thinking("<|channel|>analysis<|message|>The final answer is 132."),
             Example(
                 "<|channel|>analysis<|message|>132<|end|><|start|>assistant<|channel|>final<|message|>"
                 "The answer is 132.<|return|>",

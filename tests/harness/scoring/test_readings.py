@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from harness.answers import FIRST_LINE, FreeForm, answer_mode
-from harness.scoring import CONFLICT, RULES, TRUNCATED, Question, extract, is_correct, judge
+from harness.scoring import CONFLICT, RULES, TRUNCATED, Question, Refusal, extract, is_correct, judge
 
 DATA = Path(__file__).parents[1] / "data"
 REAL = [json.loads(line) for line in (DATA / "real_outputs.jsonl").read_text().splitlines()]
@@ -217,6 +217,7 @@ def test_exact_match_by_value():
     assert not is_correct("43", "42", 10) and not is_correct(None, "42", 10) and not is_correct("zz", "42", 10)
 
 
+OTHERS = Refusal.ABOUT_OTHERS.value  # no answer to the question stated: its equations are about other expressions
 # An answer belongs to the question. (output, base, asked expression, gold, verdict, rule)
 ANSWERS_OF_THE_QUESTION = [
     # the committed quantization-cpu report's GPTQ W4 outputs: the prompt's example restated, cut by the budget
@@ -226,7 +227,7 @@ ANSWERS_OF_THE_QUESTION = [
         "6 + 5",
         "11",
         False,
-        "none: no answer to the question stated (its equations are about other expressions)",
+        OTHERS,
     ),
     ("The arithmetic expression you are asked to calculate is 32 + 78 = 110", 10, "32 + 78", "110", True, "equals"),
     # a check after the answer is not the answer
@@ -241,7 +242,7 @@ ANSWERS_OF_THE_QUESTION = [
         "12 + 34 + 56",
         "102",
         False,
-        "none: no answer to the question stated (its equations are about other expressions)",
+        OTHERS,
     ),
     (
         "First, 12 + 34 = 46.",
@@ -249,7 +250,7 @@ ANSWERS_OF_THE_QUESTION = [
         "12 + 34 + 56",
         "46",
         False,
-        "none: no answer to the question stated (its equations are about other expressions)",
+        OTHERS,
     ),
     # a chain that starts from the question reads its last side; the operands in any order
     ("12 + 34 + 56 = 46 + 56 = 102", 10, "12 + 34 + 56", "102", True, "equals"),
@@ -264,7 +265,7 @@ ANSWERS_OF_THE_QUESTION = [
         "0 + 1 + 1",
         "2",
         False,
-        "none: no answer to the question stated (its equations are about other expressions)",
+        OTHERS,
     ),
     # plain statements of the answer, the committed reports' own phrasing among them
     ("The answer to 47 + 85 is 132.", 10, "47 + 85", "132", True, "keyword"),
