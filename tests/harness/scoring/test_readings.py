@@ -326,18 +326,21 @@ def test_a_numeral_of_any_length_is_scored_without_int():
 )
 def test_reading_time_is_linear_in_the_line(piece):
     """200,000 characters of each shape that made a reader quadratic ("the sum of " repeated took 91 s at 176,000):
-    read in well under a few seconds, and twice the line takes about twice the time."""
+    twice the line takes about twice the time, measured against the same machine's time for the half line (the
+    best of three each, so that other work on the machine slows both alike); a quadratic reader takes four times."""
     import time
 
     def seconds(repeats: int) -> float:
         line = piece * (repeats // len(piece))
-        started = time.perf_counter()
-        extract(line, 10, "7 + 8")
-        return time.perf_counter() - started
+        best = float("inf")
+        for _ in range(3):
+            started = time.perf_counter()
+            extract(line, 10, "7 + 8")
+            best = min(best, time.perf_counter() - started)
+        return best
 
     short, long = seconds(100_000), seconds(200_000)
-    assert long < 5.0, long
-    assert long < 6 * max(short, 0.01), (short, long)
+    assert long < 3.2 * max(short, 0.005), (short, long)
 
 
 FREE = FreeForm(512)
