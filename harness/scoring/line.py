@@ -13,6 +13,7 @@ Extraction(answer='56', rule='keyword')
 from __future__ import annotations
 
 import re
+from bisect import bisect_left
 
 from harness.scoring.equations import (
     Statement,
@@ -64,13 +65,14 @@ def read_box(content: str, question: Question | None, base: int, expression: str
 def _statement_reading(line: str, statement: Statement, boundaries: list[int], found_boxes, question, base, expression):
     """(the numeral or why none, where the reading ended), or None where the statement only labels the next one."""
     if statement.rule == "boxed":
-        box = next(b for b in found_boxes if b[0] == statement.phrase)
+        box = found_boxes[statement.phrase]
         return read_box(box[2], question, base, expression), box[1]
     # up to the next statement, sign or box after the answer begins, and the end of its clause
-    limit = next((b for b in boundaries if b >= statement.answer), len(line))
+    at = bisect_left(boundaries, statement.answer)  # a sorted list: found in log time (reading stays linear)
+    limit = boundaries[at] if at < len(boundaries) else len(line)
     segment = line[statement.answer : limit]
     opening = statement.answer + len(segment) - len(segment.lstrip(MARKUP))
-    box = next((b for b in found_boxes if b[0] == opening), None)  # the answer is a box: read inside it
+    box = found_boxes.get(opening)  # the answer is a box: read inside it
     if box is not None:
         found, end = read_box(box[2], question, base, expression), box[1]
         while end < limit and line[end] in MARKUP:
@@ -114,11 +116,12 @@ def read_line(
     boundaries = sorted({s.phrase for s in found if s.rule != "boxed"} | set(signs))
     readings: list[tuple[str, str, int]] = []
     seen: set[int] = set()
+    by_start = {box[0]: box for box in found_boxes}  # each box by where it starts
     for statement in found:
         if statement.answer in seen and statement.rule != "boxed":
             continue
         seen.add(statement.answer)
-        reading = _statement_reading(line, statement, boundaries, found_boxes, question, base, expression)
+        reading = _statement_reading(line, statement, boundaries, by_start, question, base, expression)
         if reading is None:
             continue
         numeral, end = reading

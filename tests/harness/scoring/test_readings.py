@@ -322,7 +322,7 @@ def test_a_numeral_of_any_length_is_scored_without_int():
 
 
 @pytest.mark.parametrize(
-    "piece", ["the sum of ", "1 ", "= 1 ", "*a ", "7 + 8 = ", "\\boxed{", "answer is ", "15, which is "]
+    "piece", ["the sum of ", "1 ", "= 1 ", "*a ", "7 + 8 = ", "\\boxed{", "\\boxed{1} ", "answer is ", "15, which is "]
 )
 def test_reading_time_is_linear_in_the_line(piece):
     """200,000 characters of each shape that made a reader quadratic ("the sum of " repeated took 91 s at 176,000):
