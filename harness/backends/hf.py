@@ -27,6 +27,7 @@ from harness.autoawq import require_gptqmodel
 from harness.backends import ChatBackend, Generation, Sampling, feedable_prefix, read_every, shared_prefix
 from harness.backends.opaque import is_gptqmodel_kernel, make_opaque
 from harness.backends.sampling import gumbel_choice, warped_candidates
+from harness.backends.static_cache import BUCKET, FilledMask, bind_once
 from harness.errors import UserError, one_line
 from harness.models import PrecisionSpec
 from harness.weights import quantization_config
@@ -148,7 +149,7 @@ class HFBackend(ChatBackend):
                 self.model(torch.tensor([prefix], device=self.device), past_key_values=cache, use_cache=True)
             self._prefixes[key] = [(layer.keys, layer.values) for layer in cache.layers]
             if self.graphs:
-                _bind_once(self._prefixes[key])
+                bind_once(self._prefixes[key])
             while len(self._prefixes) > 4:
                 self._prefixes.popitem(last=False)
         self._prefixes.move_to_end(key)
@@ -259,7 +260,7 @@ class HFBackend(ChatBackend):
             )
             chosen = self._choose(logits, sampler, None, 0)
             step_positions = positions[:, -1:].to(self.device)
-            filled = _FilledMask(mask, length, self.graphs)
+            filled = FilledMask(mask, length, self.graphs)
             read = 0  # steps whose tokens the host has read
             for step in range(steps):
                 chosen_steps[:, step] = chosen
@@ -357,36 +358,6 @@ class HFBackend(ChatBackend):
         eos = set(_as_list(self.model.generation_config.eos_token_id)) | {self.tokenizer.eos_token_id}
         stop[[i for i in eos if i is not None]] = True
         return stop
-
-
-BUCKET = 16  # positions: a static cache is read in multiples of this, as far as it is filled
-
-
-class _FilledMask:
-    """A static cache's 2D attention mask as a step reads it: up to the filled positions, rounded up to a multiple
-    of BUCKET (so few widths serve a batch), never past the cache. One view per width, made once per batch; where
-    the steps are compiled, its width is marked dynamic once, so every width replays one compiled step."""
-
-    def __init__(self, mask: torch.Tensor, length: int, graphs: bool):
-        self.mask, self.length, self.graphs, self.views = mask, length, graphs, {}
-
-    def up_to(self, filled: int) -> torch.Tensor:
-        width = min(self.length, -(-filled // BUCKET) * BUCKET)
-        view = self.views.get(width)
-        if view is None:
-            view = self.views[width] = self.mask[:, :width]
-            if self.graphs:
-                torch._dynamo.mark_dynamic(view, 1)
-        return view
-
-
-def _bind_once(prefix: list[tuple[torch.Tensor, torch.Tensor]]) -> None:
-    """A shared prefix's keys and values as the compiled step takes them, marked once when computed: their length a
-    dynamic dimension (one compiled step serves every prompt template), their addresses static (a CUDA graph reads
-    them where they are instead of copying them in at every replay)."""
-    for tensor in (tensor for pair in prefix for tensor in pair):
-        torch._dynamo.mark_dynamic(tensor, 2)
-        torch._dynamo.mark_static_address(tensor)
 
 
 class _HostStop:
