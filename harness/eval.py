@@ -23,6 +23,7 @@ from tqdm import tqdm
 from harness import awq_kernels
 from harness.backends import Sampling, backend_for, check_thinking_switch, read_every, row_seeds
 from harness.backends.api import Endpoint
+from harness.backends.vllm import vllm_python
 from harness.cli import ArgParser, input_path, int_list, name_list, output_dir, run, utf8
 from harness.compare import wilson_interval
 from harness.config import SETTINGS, RunSpec, add_setting_flags, build_spec, load_config
@@ -101,7 +102,9 @@ def plan_variants(spec: RunSpec) -> list[Variant]:
         if backend == "api":
             variants.append(plan_served(model, precision, spec))
             continue
-        check_hardware(model, precision, backend)
+        check_hardware(model, precision)
+        if backend == "vllm":
+            vllm_python()  # vLLM's environment missing: said before any work
         check_weights(model, spec.model_path, precision)
         if backend == "hf" and precision.prequantized:
             check_transformers_can_read(variant_weights(model, precision, spec.model_path, prepare=False))

@@ -31,6 +31,7 @@ from harness.cli import ArgParser, input_path, run
 from harness.errors import UserError
 
 PORT = Bound(1, 65535, "TCP ports end there")
+ENGINES = {"llamacpp": "gguf-q4_1", "vllm": "fp32"}  # each engine's default precision
 
 
 def free_port() -> int:
@@ -165,8 +166,16 @@ def main(argv: Sequence[str] | None = None) -> int:
             "NUMPREC_API_KEY or pass --api-key-file FILE"
         )
     parser = ArgParser(prog="python -m harness.serve", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--model", default="smollm2", help="a registry model with a GGUF file (default smollm2)")
-    parser.add_argument("--precision", default="gguf-q4_1", help="a gguf-* precision (default gguf-q4_1)")
+    parser.add_argument(
+        "--engine",
+        choices=ENGINES,
+        default="llamacpp",
+        help="llamacpp (llama-cpp-python's server, GGUF files) or vllm (vLLM's server, checkpoints; from .venv-vllm)",
+    )
+    parser.add_argument("--model", default="smollm2", help="a registry model (default smollm2)")
+    parser.add_argument(
+        "--precision", help="gguf-* for llamacpp (default gguf-q4_1); a cast or GPTQ/AWQ one for vllm (default fp32)"
+    )
     parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     parser.add_argument("--port", type=PORT.arg, default=8080, help="TCP port (default 8080)")
     parser.add_argument("--threads", type=THREADS.arg, default=1, help="llama.cpp threads (default 1)")
@@ -189,11 +198,55 @@ def main(argv: Sequence[str] | None = None) -> int:
     key = server_key(args.api_key_file)
     check_address(args.host, args.port)
     model = get_model(args.model)
-    precision = get_precision(model, args.precision)
+    precision = get_precision(model, args.precision or ENGINES[args.engine])
+    if args.engine == "vllm":
+        return serve_vllm(model.name, variant_weights(model, precision), precision, args, key)
     if precision.method != "gguf":
-        raise UserError(f"harness.serve serves GGUF files (gguf-* precisions), not {precision.name}")
+        raise UserError(
+            f"the llamacpp engine serves GGUF files (gguf-* precisions), not {precision.name}; add --engine vllm"
+        )
     gguf = variant_weights(model, precision)
     serve(gguf, model.name, args.host, args.port, args.threads, key, args.context, args.prefix_cache)
+    return 0
+
+
+def serve_vllm(name: str, weights: str, precision, args, key: str | None) -> int:
+    """vLLM's server as this command's child until it exits or Ctrl-C stops both: the key in its environment, never
+    on its command line; its console kept in memory (shown with --verbose), and its last line said if it fails.
+    vLLM keeps prefix caching on, as the in-process backend has it."""
+    import collections
+    import signal
+    import subprocess
+    import threading
+
+    from harness.backends.vllm import CHECKPOINT_METHODS, LOG_LINES, engine_environment, keep_log, server_command
+
+    if precision.method not in CHECKPOINT_METHODS:
+        raise UserError(f"the vllm engine serves casts and GPTQ/AWQ checkpoints, not {precision.name}")
+    command = server_command(weights, name, precision, args.host, args.port, args.context)
+    env = engine_environment(batch_invariant=False, one_process=False)
+    if key:
+        env["VLLM_API_KEY"] = key
+    log: collections.deque[str] = collections.deque(maxlen=LOG_LINES)
+    server = subprocess.Popen(
+        command, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+    reader = threading.Thread(target=keep_log, args=(server.stdout, log), daemon=True)
+    reader.start()
+    signal.signal(signal.SIGTERM, lambda *_: server.send_signal(signal.SIGTERM))
+    try:
+        status = server.wait()
+    except KeyboardInterrupt:  # the user's stop: vLLM's too, then a normal end
+        server.send_signal(signal.SIGINT)
+        try:
+            server.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            server.kill()
+        return 0
+    reader.join(timeout=5)
+    if status not in (0, -signal.SIGTERM):
+        last = next((line.strip() for line in reversed(log) if line.strip()), "")
+        raise UserError(f"vLLM's server exited with status {status}: {last[-300:]} (rerun with --verbose for its log)")
     return 0
 
 

@@ -25,15 +25,13 @@ def has_cuda() -> bool:
     return torch.cuda.is_available()
 
 
-def check_hardware(model: ModelSpec, precision: PrecisionSpec, backend: str = "hf") -> None:
+def check_hardware(model: ModelSpec, precision: PrecisionSpec) -> None:
     needs_gpu = "gpu" in (model.requires, precision.requires)
     if needs_gpu and not has_cuda():
         raise UserError(
             f"{model.name} at {precision.name} needs a CUDA GPU and this machine has none; "
             "run it on a GPU node, or use --model smollm2 here"
         )
-    if backend == "vllm" and not has_cuda():
-        raise UserError("--backend vllm needs a CUDA GPU and this machine has none; use --backend hf (the default)")
 
 
 def cache_root() -> Path:

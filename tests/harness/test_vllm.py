@@ -1,0 +1,131 @@
+"""vLLM for real, on this CPU: ``--backend vllm`` (vLLM's offline engine in .venv-vllm, handed token ids by the main
+environment) against the transformers backend, and vLLM's own OpenAI server (``harness.serve --engine vllm``)
+behind the api backend against the in-process engine. Requests go to 127.0.0.1 only."""
+
+from __future__ import annotations
+
+import csv
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from harness.backends.vllm import PYTHON_OVERRIDE, VLLM_ENV
+from harness.diff import by_problem, same_output
+from harness.serve import wait_until_serving
+from tests.console import foreign_lines
+from tests.needs import require
+
+from .helpers import ROOT, assert_user_error, command_env, free_port, run_module
+
+pytestmark = pytest.mark.xdist_group("vllm")  # one worker: one engine and one server at a time
+
+GRID = ["--model", "smollm2", "--precision", "fp32", "--tasks", "add,mul", "--lengths", "1,2", "--samples", "6"]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def vllm_environment():
+    require(
+        (VLLM_ENV / "bin" / "python").exists(),
+        "NUMPREC_REQUIRE_VLLM",
+        "vLLM is not set up here",
+        "run bash scripts/setup_vllm.sh",
+    )
+
+
+def evaluate(out: Path, *args: str) -> subprocess.CompletedProcess:
+    result = run_module("harness.eval", *GRID, *args, "--out", str(out), timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return result
+
+
+def rows(out: Path) -> list[dict]:
+    with open(out / "results.csv", newline="") as handle:
+        return list(csv.DictReader(handle))
+
+
+def differing(first: Path, second: Path) -> list[tuple[str, str]]:
+    one, other = by_problem(first), by_problem(second)
+    assert one.keys() == other.keys() and len(one) == 24
+    return [(one[key]["output"], other[key]["output"]) for key in one if not same_output(one[key], other[key])]
+
+
+@pytest.fixture(scope="module")
+def in_process(tmp_path_factory) -> Path:
+    """The grid through ``--backend vllm``, as a user's command; its console is numprec's alone."""
+    out = tmp_path_factory.mktemp("vllm") / "run"
+    result = evaluate(out, "--backend", "vllm")
+    foreign = foreign_lines(result.stderr)
+    assert not foreign, f"--backend vllm let vLLM speak: {foreign[:5]}"
+    return out
+
+
+@pytest.fixture(scope="module")
+def server():
+    """``python -m harness.serve --engine vllm`` on a free port; stopped with Ctrl-C, its console numprec's alone."""
+    port = free_port()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "harness.serve", "--engine", "vllm", "--port", str(port)],
+        cwd=ROOT,
+        env=command_env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    url = f"http://127.0.0.1:{port}/v1"
+    try:
+        wait_until_serving([process], [url], seconds=300)
+    except RuntimeError:
+        process.kill()
+        raise RuntimeError(f"harness.serve --engine vllm did not serve: {process.communicate()[1][-2000:]}") from None
+    yield url
+    process.send_signal(signal.SIGINT)
+    _, err = process.communicate(timeout=60)
+    assert process.returncode == 0, err
+    assert not foreign_lines(err), f"harness.serve --engine vllm let vLLM speak: {foreign_lines(err)[:5]}"
+
+
+def test_vllm_answers_what_transformers_answers_in_fp32(in_process, tmp_path):
+    """Same prompts, token ids, budgets and stop rule, greedy, fp32: every output identical to the hf backend's; each
+    row names vLLM's version, device, dtype, attention backend and linear method."""
+    local = tmp_path / "hf"
+    evaluate(local, "--backend", "hf")
+    assert not differing(local, in_process)
+    row = rows(in_process)[0]
+    assert row["backend"] == "vllm" and row["matmul_precision"] == "ieee fp32"
+    assert row["kernel"].startswith("vllm 0.32.0 on cpu (float32, eager); attention CPU_ATTN; linear dense"), row
+    assert int(row["gen_tokens"]) > 0 and float(row["tokens_per_s"]) > 0
+
+
+@pytest.mark.parametrize("concurrency", ["1", "4"])
+def test_the_served_engine_answers_what_the_in_process_one_does(in_process, server, concurrency, tmp_path):
+    """vLLM's OpenAI server behind the api backend, completions mode: every output identical to the in-process
+    engine's, at one request at a time and four; the answering model recorded."""
+    served = tmp_path / "served"
+    evaluate(served, "--backend", "api", "--api-base", server, "--concurrency", concurrency)
+    assert not differing(in_process, served)
+    assert {(row["served_model"], row["request_mode"]) for row in rows(served)} == {("smollm2", "completions")}
+
+
+def test_chat_mode_sends_the_thinking_switch_vllm_takes(server, tmp_path):
+    """Chat mode with the server's template and --thinking off: the switch goes as chat_template_kwargs, which vLLM
+    accepts (a template without the switch ignores it), and every problem is answered."""
+    out = tmp_path / "chat"
+    evaluate(out, "--backend", "api", "--api-base", server, "--api-endpoint", "chat", "--thinking", "off")
+    assert {row["request_mode"] for row in rows(out)} == {"chat"}
+    assert sum(int(row["n"]) for row in rows(out)) == 24
+
+
+def test_a_python_without_vllm_is_one_line(tmp_path):
+    result = run_module(
+        "harness.eval", *GRID, "--backend", "vllm", "--out", str(tmp_path / "run"), env={PYTHON_OVERRIDE: "/no/python"}
+    )
+    assert_user_error(result, PYTHON_OVERRIDE, "/no/python")
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_precision_vllm_cannot_run_is_one_line(tmp_path):
+    result = run_module("harness.serve", "--engine", "vllm", "--precision", "nf4", "--port", str(free_port()))
+    assert_user_error(result, "vllm engine", "nf4")
