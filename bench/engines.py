@@ -1,11 +1,12 @@
 """One evaluation engine, timed in a process of its own (so its peak RSS is its own):
 
-    python -m bench.engines --engine numprec|lm-eval|llamacpp --problems FILE --out FILE [--precision P]
+    python -m bench.engines --engine numprec|lm-eval|vllm --problems FILE --out FILE [--precision P]
 
 Reads the prompts bench.run wrote (already chat-templated: every engine gets the same strings), generates
 greedily with the cell's token budget, and writes the outputs, the seconds of each timed pass (model loading
-excluded) and the process's peak RSS. The stop rule is the harness's, first non-blank line; lm-eval's
-``until: ["\\n"]`` is the closest it can express (bench.run compares the answer lines).
+excluded) and the peak RSS (with vLLM's, whose engine is a child process: the sum of both). The stop rule is the
+harness's, first non-blank line (vLLM's is the same backend loop's); lm-eval's ``until: ["\\n"]`` is the closest it
+can express (bench.run compares the answer lines).
 """
 
 from __future__ import annotations
@@ -27,13 +28,22 @@ from harness.models import get_model, get_precision
 from harness.weights import variant_weights
 
 
-def peak_rss_mb() -> float:
-    """This process's own high-water resident set (VmHWM). getrusage's ru_maxrss is not enough: it keeps the
-    parent's peak across fork and exec, so a child of a big parent reports the parent's figure."""
-    for line in Path("/proc/self/status").read_text().splitlines():
+def peak_rss_mb(process: str = "self") -> float:
+    """A process's own high-water resident set (VmHWM), this one's by default. getrusage's ru_maxrss is not enough:
+    it keeps the parent's peak across fork and exec, so a child of a big parent reports the parent's figure."""
+    for line in Path(f"/proc/{process}/status").read_text().splitlines():
         if line.startswith("VmHWM:"):
             return int(line.split()[1]) / 1024
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def engine_rss_mb(backend) -> float:
+    """The peak RSS of a backend's engine process where it has one (vLLM's), else 0."""
+    engine = getattr(backend, "engine", None)
+    return peak_rss_mb(str(engine.process.pid)) if engine is not None else 0.0
+
+
+BACKENDS = {"numprec": None, "vllm": "vllm"}  # bench.engines' engines behind numprec's loop, by backend
 
 
 def groups_like_harness_eval(problems: list[dict], batch_size: int) -> list[list[int]]:
@@ -54,10 +64,13 @@ def groups_like_harness_eval(problems: list[dict], batch_size: int) -> list[list
     return groups
 
 
-def numprec_engine(problems: list[dict], precision_name: str, batch_size: int):
+def numprec_engine(problems: list[dict], precision_name: str, batch_size: int, backend_name: str | None = None):
+    """numprec's own engine (hf, or llamacpp for a gguf precision), or ``backend_name`` (vllm) behind the same
+    loop."""
     model = get_model("smollm2")
     precision = get_precision(model, precision_name)
-    backend = load_backend(precision.backend or "hf", variant_weights(model, precision), precision, None, batch_size)
+    weights = variant_weights(model, precision)
+    backend = load_backend(backend_name or precision.backend or "hf", weights, precision, None, batch_size)
 
     def generate() -> list[tuple[str, int]]:
         getattr(backend, "_prefixes", {}).clear()  # every pass pays for its prefixes, as a fresh run would
@@ -69,7 +82,7 @@ def numprec_engine(problems: list[dict], precision_name: str, batch_size: int):
                 outputs[i] = (g.text, g.tokens)
         return outputs  # type: ignore[return-value]
 
-    return generate, backend.footprint_mb
+    return generate, backend
 
 
 def lm_eval_engine(problems: list[dict], batch_size: int):
@@ -99,7 +112,7 @@ def lm_eval_engine(problems: list[dict], batch_size: int):
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = ArgParser(prog="python -m bench.engines", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--engine", required=True, choices=["numprec", "lm-eval"])
+    parser.add_argument("--engine", required=True, choices=["numprec", "lm-eval", "vllm"])
     parser.add_argument("--precision", default="fp32")
     parser.add_argument("--problems", type=input_path, required=True)
     parser.add_argument("--repeats", type=REPEATS.arg, default=1)
@@ -111,8 +124,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     torch.set_num_threads(args.threads)
     problems = json.loads(args.problems.read_text())
-    if args.engine == "numprec":
-        generate, footprint = numprec_engine(problems, args.precision, args.batch_size)
+    backend = None
+    if args.engine in ("numprec", "vllm"):
+        generate, backend = numprec_engine(problems, args.precision, args.batch_size, BACKENDS[args.engine])
+        footprint = backend.footprint_mb
     elif args.precision != "fp32":
         raise UserError("the lm-eval engine runs fp32 only")
     else:
@@ -131,7 +146,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         "outputs": [text for text, _ in outputs],
         "generated_tokens": sum(tokens for _, tokens in outputs),
         "footprint_mb": footprint,
-        "peak_rss_mb": peak_rss_mb(),
+        "peak_rss_mb": peak_rss_mb() + engine_rss_mb(backend),
+        "kernel": getattr(backend, "kernel", ""),
     }
     args.out.write_text(json.dumps(result) + "\n")
     print(f"{args.engine} {args.precision}: {min(seconds):.1f} s per pass", file=sys.stderr)

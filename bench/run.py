@@ -8,7 +8,8 @@ Writes DIR/results.json and DIR/results.md. Shared machines are noisy: every fig
 
 1. eval    the same problems (cells of the quick grid), default model, fp32, greedy, through numprec's
            transformers backend, lm-evaluation-harness's HF backend (generate_until, same strings, same
-           budget), and llama.cpp (numprec's llamacpp backend on the shipped Q4_1 GGUF); numprec as a
+           budget), vLLM's engine (--backend vllm, where set-up made .venv-vllm) and llama.cpp (numprec's
+           llamacpp backend on the shipped Q4_1 GGUF); identical answers counted against numprec's; numprec as a
            fraction of the FLOP-bound rate implied by the measured fp32 matrix-multiply speed.
            ``--device cuda``: a random-init Llama-3.1-8B architecture (bf16) instead, numprec against
            generate(), greedy and paper sampling, as a fraction of the memory roofline (bench/decode.py).
@@ -31,8 +32,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Callable, Sequence
@@ -42,10 +41,10 @@ import harness  # noqa: F401  (thread settings before torch loads)
 from bench.api import api_markdown, bench_api
 from bench.common import log, median, quick_grid_problems
 from bench.decode import bench_cell, bench_decode, cell_markdown, decode_markdown
+from bench.evaluation import bench_eval, eval_markdown, run_engine
 from bench.rundir import bench_rundir, rundir_markdown
 from bench.scoring import bench_scoring, scoring_markdown
 from bench.train import bench_train, train_markdown
-from harness.answers import FIRST_LINE
 from harness.bounds import BATCH_SIZE, REPEATS, THREADS, Bound
 from harness.cli import ArgParser, command_line, name_list, output_dir, run
 from harness.errors import UserError
@@ -70,110 +69,6 @@ def device_name(text: str) -> str:
 
 
 # ---------------------------------------------------------------- 1. evaluation throughput
-
-
-def run_engine(
-    engine: str, problems_file: Path, work: Path, precision: str, repeats: int, threads: int, batch_size: int
-) -> dict:
-    out = work / f"{engine}-{precision}.json"
-    command = [sys.executable, "-m", "bench.engines", "--engine", engine, "--precision", precision]
-    command += ["--problems", str(problems_file), "--repeats", str(repeats), "--threads", str(threads)]
-    command += ["--batch-size", str(batch_size)]
-    command += ["--out", str(out)]
-    result = subprocess.run(command, capture_output=True, text=True)
-    if result.returncode != 0:
-        raise RuntimeError(f"{engine} {precision} failed:\n{result.stderr[-3000:]}")
-    return json.loads(out.read_text())
-
-
-def bench_eval(count: int, repeats: int, threads: int, batch_size: int, work: Path) -> dict:
-    from transformers import AutoTokenizer
-
-    from harness.models import get_model
-    from harness.weights import resolve_weights
-    from scratch.train import measure_matmul_flops
-
-    problems = quick_grid_problems(count)
-    problems_file = work / "problems.json"
-    problems_file.write_text(json.dumps(problems))
-    log(f"eval: {len(problems)} problems over {len({p['cell'] for p in problems})} cells, {repeats} rounds")
-    rounds: dict[str, list[dict]] = {"numprec": [], "lm-eval": [], "llamacpp": []}
-    for round_index in range(repeats):  # interleaved, so load on the machine hits every engine alike
-        for engine, precision, key in (
-            ("numprec", "fp32", "numprec"),
-            ("lm-eval", "fp32", "lm-eval"),
-            ("numprec", "gguf-q4_1", "llamacpp"),
-        ):
-            result = run_engine(engine, problems_file, work, precision, 1, threads, batch_size)
-            rounds[key].append(result)
-            log(f"eval round {round_index + 1}: {key} {result['seconds'][0]:.1f} s")
-    import torch
-
-    torch.set_num_threads(threads)
-    gemm = median([measure_matmul_flops(torch.float32, size=1024, seconds=1.0) for _ in range(3)])
-    tokenizer = AutoTokenizer.from_pretrained(resolve_weights(get_model("smollm2")))
-    summary: dict = {
-        "problems": len(problems),
-        "threads": threads,
-        "batch_size": batch_size,
-        "rounds": repeats,
-        "gemm_fp32_flops": gemm,
-    }
-    for key, results in rounds.items():
-        seconds = median([r["seconds"][0] for r in results])
-        summary[key] = {
-            "seconds": seconds,
-            "seconds_all": [r["seconds"][0] for r in results],
-            "prompts_per_s": len(problems) / seconds,
-            "generated_tokens": results[0]["generated_tokens"],
-            "tokens_per_s": results[0]["generated_tokens"] / seconds,
-            "peak_rss_mb": max(r["peak_rss_mb"] for r in results),
-            "footprint_mb": results[0]["footprint_mb"],
-        }
-    ours, theirs = rounds["numprec"][0]["outputs"], rounds["lm-eval"][0]["outputs"]
-    same = [FIRST_LINE.answer_text(a) == FIRST_LINE.answer_text(b) for a, b in zip(ours, theirs, strict=True)]
-    summary["identical_outputs"] = sum(same)
-    summary["identical_outputs_of"] = len(same)
-    summary["differing_examples"] = [
-        {"cell": p["cell"], "numprec": a, "lm_eval": b}
-        for p, a, b, s in zip(problems, ours, theirs, same, strict=True)
-        if not s
-    ][:5]
-    pairs = [b["seconds"][0] / a["seconds"][0] for a, b in zip(rounds["numprec"], rounds["lm-eval"], strict=True)]
-    summary["speedup_vs_lm_eval"] = median(pairs)
-    summary["speedup_vs_lm_eval_all"] = pairs
-    # FLOP-bound rate: every fed token (suffix + generated) costs 2 FLOPs per weight; each shared prefix once.
-    flops = flops_of_work(problems, ours, tokenizer, batch_size)
-    summary["flops_needed"] = flops
-    summary["flop_bound_seconds"] = flops / gemm
-    summary["fraction_of_flop_bound"] = (flops / gemm) / summary["numprec"]["seconds"]
-    return summary
-
-
-def flops_of_work(problems: list[dict], outputs: list[str], tokenizer, batch_size: int) -> float:
-    """2 FLOPs per weight for every token the engine feeds: each generated token, each prompt's own suffix, and
-    each distinct shared prefix once. harness.eval decodes a template's cells side by side (bench's numprec
-    engine groups them the same way) and keeps a computed prefix, so a prefix is not paid per cell."""
-    from transformers import AutoConfig
-
-    from bench.engines import groups_like_harness_eval
-    from harness.backends import feedable_prefix
-    from harness.models import get_model
-    from harness.weights import resolve_weights
-
-    config = AutoConfig.from_pretrained(resolve_weights(get_model("smollm2")))
-    d, ff, layers = config.hidden_size, config.intermediate_size, config.num_hidden_layers
-    kv = d // config.num_attention_heads * config.num_key_value_heads
-    per_token = 2 * (layers * (2 * d * d + 2 * d * kv + 3 * d * ff) + d * config.vocab_size)
-    ids = [tokenizer(problem["prompt"], add_special_tokens=False)["input_ids"] for problem in problems]
-    fed = sum(len(tokenizer(output, add_special_tokens=False)["input_ids"]) for output in outputs)
-    prefixes = set()
-    for group in groups_like_harness_eval(problems, batch_size):
-        prefix = feedable_prefix([ids[i] for i in group])
-        prefixes.add(tuple(prefix))
-        fed += sum(len(ids[i]) - len(prefix) for i in group)
-    fed += sum(len(prefix) for prefix in prefixes)
-    return per_token * fed
 
 
 # ---------------------------------------------------------------- 3. data generation
@@ -300,34 +195,7 @@ def markdown(results: dict) -> str:
     libraries = info.get("libraries") or info.get("versions", {})  # "versions" in records before harness/machine.py
     lines += ["Libraries: " + ", ".join(f"{k} {v}" for k, v in sorted(libraries.items())), ""]
     if "eval" in results:
-        e = results["eval"]
-        lines += [
-            f"## Evaluation throughput ({e['problems']} problems of the quick grid, fp32 greedy, {e['threads']} "
-            f"thread(s), batch size {e['batch_size']} for every engine, median of {e['rounds']} interleaved rounds)",
-            "",
-            "| engine | seconds | prompts/s | generated tokens/s | peak RSS MB |",
-            "|---|---:|---:|---:|---:|",
-        ]
-        names = {
-            "numprec": "numprec (transformers)",
-            "lm-eval": "lm-eval HF generate_until",
-            "llamacpp": "numprec llama.cpp Q4_1",
-        }
-        for key, label in names.items():
-            r = e[key]
-            speed = f"{r['seconds']:.1f} | {r['prompts_per_s']:.2f} | {r['tokens_per_s']:.1f}"
-            lines.append(f"| {label} | {speed} | {r['peak_rss_mb']:.0f} |")
-        lines += [
-            "",
-            f"- **speedup_vs_lm_eval: {e['speedup_vs_lm_eval']:.2f}x** (per round: "
-            + ", ".join(f"{x:.2f}" for x in e["speedup_vs_lm_eval_all"])
-            + ")",
-            f"- **identical_outputs: {e['identical_outputs']} of {e['identical_outputs_of']}** (answer lines)",
-            f"- numprec runs at {e['fraction_of_flop_bound']:.1%} of the FLOP-bound rate: the work needs "
-            f"{e['flops_needed'] / 1e12:.2f} TFLOP, {e['flop_bound_seconds']:.1f} s at the measured fp32 GEMM rate "
-            f"of {e['gemm_fp32_flops'] / 1e9:.0f} GFLOP/s",
-            "",
-        ]
+        lines += eval_markdown(results["eval"])
     if "train" in results:
         lines += train_markdown(results["train"])
     if "data" in results:

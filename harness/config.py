@@ -93,7 +93,7 @@ class EvalConfig(StrictModel):
     backend: Annotated[
         Literal["hf", "llamacpp", "vllm", "api"] | None,
         Field(
-            description="hf (transformers), llamacpp (GGUF), vllm (CUDA) or api (a served model); default: what "
+            description="hf (transformers), llamacpp (GGUF), vllm (vLLM, from .venv-vllm) or api (a served model); default: what "
             "each precision needs"
         ),
     ] = None

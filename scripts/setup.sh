@@ -17,4 +17,6 @@ if .venv/bin/python -c "import torch, sys; sys.exit(not torch.cuda.is_available(
 fi
 # llm-compressor (GPTQ/AWQ) in an environment of its own: its transformers pin clashes with ours.
 bash scripts/setup_quantize.sh
+# vLLM (--backend vllm, harness.serve --engine vllm) in an environment of its own: it pins an older transformers.
+bash scripts/setup_vllm.sh
 echo "numprec is set up in .venv ($(.venv/bin/python -c 'import torch; print("torch", torch.__version__)'))"

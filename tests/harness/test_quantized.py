@@ -8,12 +8,13 @@ import pytest
 import torch
 
 from harness.backends import Sampling
+from harness.backends.vllm import VLLM_ENV
 from harness.machine import cpu_bf16_instructions
 from harness.models import get_model, get_precision
 from harness.problems import Task, generate
 from harness.prompts import user_message
 from harness.weights import variant_weights
-from tests.devices import without_cuda
+from tests.needs import require
 
 from .helpers import ROOT, assert_user_error, needs_quantize_env, run_module
 from .test_eval import read_rows
@@ -196,10 +197,26 @@ def test_quantize_rejects_a_group_size_that_does_not_tile_the_layers():
     assert_user_error(result, "does not divide", "576", "64")
 
 
-@without_cuda
-def test_vllm_backend_stops_with_one_line_without_cuda():
-    result = run_module("harness.eval", "--backend", "vllm", "--tasks", "add", "--lengths", "1")
-    assert_user_error(result, "--backend vllm needs a CUDA GPU")
+@needs_quantize_env
+def test_vllm_runs_the_gptq_checkpoint_with_its_int4_kernel(gptq_checkpoint, tmp_path):
+    """The compressed-tensors W4A16 checkpoint harness.quantize makes, through --backend vllm: vLLM reads its
+    quantization_config and runs its packed int4 weights with its own kernel (on a CPU, CPUWNA16), which the row
+    names; every problem is answered."""
+    require(
+        (VLLM_ENV / "bin" / "python").exists(),
+        "NUMPREC_REQUIRE_VLLM",
+        "vLLM is not set up here",
+        "run bash scripts/setup_vllm.sh",
+    )
+    out = tmp_path / "run"
+    args = ["--precision", "gptq-w4", "--model-path", str(gptq_checkpoint), "--backend", "vllm"]
+    result = run_module("harness.eval", *args, "--tasks", "add", "--lengths", "1", "--samples", "8", "--out", str(out))
+    assert result.returncode == 0, result.stderr[-3000:]
+    (row,) = read_rows(out / "results.csv")
+    assert row["backend"] == "vllm" and row["activation_dtype"] == "bfloat16"
+    kernel = "CPUWNA16LinearKernel" if not torch.cuda.is_available() else "Linear"
+    assert "linear CompressedTensorsWNA16 / " in row["kernel"] and kernel in row["kernel"], row["kernel"]
+    assert int(row["gen_tokens"]) >= 8
 
 
 def test_gguf_precision_refuses_another_backend():
