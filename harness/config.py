@@ -93,8 +93,8 @@ class EvalConfig(StrictModel):
     backend: Annotated[
         Literal["hf", "llamacpp", "vllm", "api"] | None,
         Field(
-            description="hf (transformers), llamacpp (GGUF), vllm (vLLM, from .venv-vllm) or api (a served model); default: what "
-            "each precision needs"
+            description="hf (transformers), llamacpp (GGUF), vllm (vLLM, from .venv-vllm) or api (a served model); "
+            "default: what each precision needs"
         ),
     ] = None
     tensor_parallel_size: Annotated[
