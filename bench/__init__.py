@@ -1,1 +1,1 @@
-import harness.startup  # noqa: F401  (thread settings and a quiet Ctrl-C before torch loads)
+import harness.core.startup  # noqa: F401  (thread settings and a quiet Ctrl-C before torch loads)

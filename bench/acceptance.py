@@ -15,8 +15,8 @@ import xml.etree.ElementTree as ElementTree
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from harness.cli import ArgParser, run
-from harness.files import atomic_write_text
+from harness.core.cli import ArgParser, run
+from harness.core.files import atomic_write_text
 
 Figures = dict[str, object]
 

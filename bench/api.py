@@ -35,7 +35,7 @@ LLAMA_SERVER_VERSION = "11434.0.0"  # scripts/build-llama-server.sh
 
 def llama_server_binary() -> str | None:
     """llama.cpp's own server: NUMPREC_LLAMA_SERVER, else the one scripts/build-llama-server.sh built, else none."""
-    from harness.weights import cache_root
+    from harness.models.weights import cache_root
 
     named = os.environ.get("NUMPREC_LLAMA_SERVER")
     if named:
@@ -48,7 +48,7 @@ def start_llama_server(binary: str, slots: int, threads: int) -> tuple[list[subp
     """One llama-server with ``slots`` parallel slots (continuous batching, each slot's prompt cache) on the GGUF the
     in-process backend runs; 1,024 tokens of context a slot, flash attention on as harness.serve runs it."""
     from harness.models import get_model, get_precision
-    from harness.weights import variant_weights
+    from harness.models.weights import variant_weights
 
     model = get_model("smollm2")
     gguf = variant_weights(model, get_precision(model, PRECISION))

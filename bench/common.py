@@ -6,8 +6,8 @@ import statistics
 import sys
 import time
 
-from harness.config import build_spec, load_config
-from harness.problems import generate
+from harness.questions.problems import generate
+from harness.runs.config import build_spec, load_config
 
 
 def log(message: str) -> None:
@@ -23,9 +23,9 @@ def quick_grid_problems(count: int, tokenizer=None) -> list[dict]:
     default model's tokenizer, or ``tokenizer``)."""
     from transformers import AutoTokenizer
 
-    from harness.answers import FIRST_LINE
-    from harness.prompts import TEMPLATE_FOR_TASK, user_message
-    from harness.weights import default_tokenizer_dir
+    from harness.models.weights import default_tokenizer_dir
+    from harness.questions.answers import FIRST_LINE
+    from harness.questions.prompts import TEMPLATE_FOR_TASK, user_message
 
     name, config = load_config("quick")
     spec = build_spec(name, config)

@@ -58,7 +58,7 @@ def random_llama(architecture: str, device: str, dtype_name: str):
     import torch
     from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
-    from harness.weights import default_tokenizer_dir
+    from harness.models.weights import default_tokenizer_dir
 
     tokenizer = AutoTokenizer.from_pretrained(default_tokenizer_dir())
     config = LlamaConfig(
@@ -117,7 +117,7 @@ def copy_rate(device: str, megabytes: int = 1024, seconds: float = 1.0) -> float
     """Bytes per second the device moves in a large tensor copy (each byte read once and written once)."""
     import torch
 
-    from scratch.train import synchronize
+    from scratch.training import synchronize
 
     source = torch.empty(megabytes << 20, dtype=torch.uint8, device=device)
     target = torch.empty_like(source)
@@ -138,7 +138,7 @@ def bench_decode(architecture: str, device: str, repeats: int, threads: int, row
 
     from harness.backends import Sampling
     from harness.backends.shared_prefix import NAME as SHARED_PREFIX
-    from scratch.train import synchronize
+    from scratch.training import synchronize
 
     model, backend, dtype, weight_bytes = bench_model(architecture, device, threads, rows)
     tokenizer = backend.tokenizer
@@ -208,7 +208,7 @@ def vocabulary_seconds(model, rows: int, steps: int, device: str, repeats: int) 
     at most generate()'s time over this."""
     import torch
 
-    from scratch.train import synchronize
+    from scratch.training import synchronize
 
     head = model.get_output_embeddings()
     hidden = torch.randn(rows, 1, head.in_features, device=device, dtype=head.weight.dtype)
@@ -268,8 +268,8 @@ def decode_markdown(title: str, result: dict) -> list[str]:
 def cell_prompts(backend, rows: int) -> list[str]:
     """``rows`` problems of one cell of the quick grid (add, 2 digits), as harness.eval asks them: the few-shot
     prompt in the chat template, so that the batch shares its ~170-token prefix as the harness's batches do."""
-    from harness.problems import Task, generate
-    from harness.prompts import user_message
+    from harness.questions.problems import Task, generate
+    from harness.questions.prompts import user_message
 
     return [backend.chat_prompt(user_message(problem)) for problem in generate(Task("add"), 10, 2, rows, seed=0)]
 
@@ -284,9 +284,9 @@ def bench_cell(architecture: str, device: str, repeats: int, threads: int, rows:
     takes the same steps; on a GPU, the static path's host reads every k steps are timed for several k."""
     import torch
 
-    from harness.answers import FreeForm
     from harness.backends import Sampling
-    from scratch.train import measure_matmul_flops, synchronize
+    from harness.questions.answers import FreeForm
+    from scratch.training import measure_matmul_flops, synchronize
 
     model, backend, dtype, weight_bytes = bench_model(architecture, device, threads, rows)
     prompts, greedy, to_budget = cell_prompts(backend, rows), Sampling.named("greedy"), FreeForm(budget)

@@ -21,11 +21,11 @@ from pathlib import Path
 
 import harness  # noqa: F401  (thread settings before torch loads)
 from harness.backends import Sampling, load_backend
-from harness.bounds import BATCH_SIZE, REPEATS, THREADS
-from harness.cli import ArgParser, input_path, output_file, run
-from harness.errors import UserError
+from harness.core.bounds import BATCH_SIZE, REPEATS, THREADS
+from harness.core.cli import ArgParser, input_path, output_file, run
+from harness.core.errors import UserError
 from harness.models import get_model, get_precision
-from harness.weights import variant_weights
+from harness.models.weights import variant_weights
 
 
 def peak_rss_mb(process: str = "self") -> float:

@@ -11,8 +11,8 @@ import sys
 from pathlib import Path
 
 from bench.common import log, median, quick_grid_problems
-from harness.answers import FIRST_LINE
 from harness.backends.vllm import VLLM_ENV
+from harness.questions.answers import FIRST_LINE
 
 
 def run_engine(
@@ -33,8 +33,8 @@ def bench_eval(count: int, repeats: int, threads: int, batch_size: int, work: Pa
     from transformers import AutoTokenizer
 
     from harness.models import get_model
-    from harness.weights import resolve_weights
-    from scratch.train import measure_matmul_flops
+    from harness.models.weights import resolve_weights
+    from scratch.training import measure_matmul_flops
 
     problems = quick_grid_problems(count)
     problems_file = work / "problems.json"
@@ -107,7 +107,7 @@ def flops_of_work(problems: list[dict], outputs: list[str], tokenizer, batch_siz
     from bench.engines import groups_like_harness_eval
     from harness.backends import feedable_prefix
     from harness.models import get_model
-    from harness.weights import resolve_weights
+    from harness.models.weights import resolve_weights
 
     config = AutoConfig.from_pretrained(resolve_weights(get_model("smollm2")))
     d, ff, layers = config.hidden_size, config.intermediate_size, config.num_hidden_layers

@@ -35,7 +35,9 @@ import json
 import tempfile
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import harness  # noqa: F401  (thread settings before torch loads)
 from bench.api import api_markdown, bench_api
@@ -45,14 +47,13 @@ from bench.evaluation import bench_eval, eval_markdown, run_engine
 from bench.rundir import bench_rundir, rundir_markdown
 from bench.scoring import bench_scoring, scoring_markdown
 from bench.train import bench_train, train_markdown
-from harness.bounds import BATCH_SIZE, REPEATS, THREADS, Bound
-from harness.cli import ArgParser, command_line, name_list, output_dir, run
-from harness.errors import UserError
-from harness.files import read_json
-from harness.lock import DirectoryLock
-from harness.problems import generate
+from harness.core.bounds import BATCH_SIZE, REPEATS, THREADS, Bound
+from harness.core.cli import ArgParser, command_line, name_list, output_dir, run
+from harness.core.errors import UserError
+from harness.core.files import read_json
+from harness.core.lock import DirectoryLock
+from harness.questions.problems import generate
 
-SECTIONS = ("eval", "train", "data", "memory", "loop", "api", "rundir", "scoring")
 PROBLEMS = Bound(1, 100_000, "timed passes over more problems only take longer; 200 give a stable rate")
 MEMORY_PRECISIONS = ("fp32", "bf16", "int8", "nf4", "gguf-q8_0", "gguf-q4_1", "gptq-w4")
 
@@ -93,7 +94,7 @@ def paper_algorithm_python(count: int, length: int, operands: int, base: int, se
 
 
 def bench_data(repeats: int, count: int = 100_000) -> list[dict]:
-    from harness.problems import Task
+    from harness.questions.problems import Task
     from scratch.data import Arithmetic, Problems
 
     cases = [("add", 2, 10, 10), ("iter_add", 3, 10, 10)]
@@ -140,7 +141,7 @@ def bench_data(repeats: int, count: int = 100_000) -> list[dict]:
 
 def bench_memory(threads: int, batch_size: int, work: Path, problems: list[dict]) -> list[dict]:
     from harness.models import get_model, get_precision
-    from harness.weights import quantized_dir
+    from harness.models.weights import quantized_dir
 
     subset = work / "memory-problems.json"
     subset.write_text(json.dumps(problems[:16]))
@@ -167,8 +168,8 @@ def bench_memory(threads: int, batch_size: int, work: Path, problems: list[dict]
 
 
 def machine() -> dict:
-    """This machine as every record describes it (harness/machine.py), with a short line of its instructions."""
-    from harness.machine import describe
+    """This machine as every record describes it (harness/core/machine.py), with a short line of its instructions."""
+    from harness.core.machine import describe
 
     here = describe()
     return {**here, "instructions": cpu_instructions(here)}
@@ -182,6 +183,32 @@ def cpu_instructions(here: dict) -> str:
     return f"{here.get('torch_cpu_kernels', 'torch not loaded')}, bf16 instructions: {bf16}"
 
 
+def data_markdown(rows: list[dict]) -> list[str]:
+    lines = [
+        "## Data generation (problems/s)",
+        "",
+        "| task | numprec harness | scratch | per-sample Python | harness / Python | scratch / Python |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for r in rows:
+        lines.append(
+            f"| {r['task']} | {r['numprec_problems_per_s']:,.0f} | {r['scratch_problems_per_s']:,.0f} | "
+            f"{r['python_problems_per_s']:,.0f} | {r['numprec_vs_python']:.1f}x | {r['scratch_vs_python']:.1f}x |"
+        )
+    return [*lines, ""]
+
+
+def memory_markdown(rows: list[dict]) -> list[str]:
+    lines = [
+        "## Peak RSS of an evaluation process (load + 16 problems)",
+        "",
+        "| precision | peak RSS MB | model footprint MB |",
+        "|---|---:|---:|",
+    ]
+    lines += [f"| {r['precision']} | {r['peak_rss_mb']:.0f} | {r['footprint_mb']:.0f} |" for r in rows]
+    return [*lines, ""]
+
+
 def markdown(results: dict) -> str:
     lines = ["# numprec bench", "", "Produced by:", ""]
     for entry in results["runs"]:
@@ -192,50 +219,78 @@ def markdown(results: dict) -> str:
     instructions = f" ({info['instructions']})" if "instructions" in info else ""
     cores = f"{info['cores']} cores, Python {info['python']}"
     lines += [f"Machine of the latest run: {info['cpu']}{instructions}, {cores}  "]
-    libraries = info.get("libraries") or info.get("versions", {})  # "versions" in records before harness/machine.py
+    libraries = info.get("libraries") or info.get(
+        "versions", {}
+    )  # "versions" in records before harness/core/machine.py
     lines += ["Libraries: " + ", ".join(f"{k} {v}" for k, v in sorted(libraries.items())), ""]
-    if "eval" in results:
-        lines += eval_markdown(results["eval"])
-    if "train" in results:
-        lines += train_markdown(results["train"])
-    if "data" in results:
-        lines += [
-            "## Data generation (problems/s)",
-            "",
-            "| task | numprec harness | scratch | per-sample Python | harness / Python | scratch / Python |",
-            "|---|---:|---:|---:|---:|---:|",
-        ]
-        for r in results["data"]:
-            lines.append(
-                f"| {r['task']} | {r['numprec_problems_per_s']:,.0f} | {r['scratch_problems_per_s']:,.0f} | "
-                f"{r['python_problems_per_s']:,.0f} | {r['numprec_vs_python']:.1f}x | {r['scratch_vs_python']:.1f}x |"
-            )
-        lines.append("")
-    if "memory" in results:
-        lines += [
-            "## Peak RSS of an evaluation process (load + 16 problems)",
-            "",
-            "| precision | peak RSS MB | model footprint MB |",
-            "|---|---:|---:|",
-        ]
-        for r in results["memory"]:
-            lines.append(f"| {r['precision']} | {r['peak_rss_mb']:.0f} | {r['footprint_mb']:.0f} |")
-        lines.append("")
-    if "eval_gpu" in results:
-        lines += decode_markdown("Evaluation engine at the 8B scale", results["eval_gpu"])
-    if "eval_gpu_cell" in results:
-        lines += cell_markdown(results["eval_gpu_cell"])
-    if "loop" in results:
-        lines += decode_markdown("The decode loop's overhead", results["loop"])
-    if "loop_cell" in results:
-        lines += cell_markdown(results["loop_cell"])
-    if "api" in results:
-        lines += api_markdown(results["api"])
-    if "rundir" in results:
-        lines += rundir_markdown(results["rundir"])
-    if "scoring" in results:
-        lines += scoring_markdown(results["scoring"])
+    for part in PARTS:
+        if part.key in results:
+            lines += part.markdown(results[part.key])
     return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class Part:
+    """A part of a bench section, one place to add one: the key its figures take in results.json, the --only
+    section that runs it, what measures it (from the command's arguments and a work directory), how results.md shows
+    it, the JSON shape its figures have, and whether it runs only on a GPU (True), only on the CPU (False) or on
+    either (None)."""
+
+    key: str
+    section: str
+    measure: Callable[[argparse.Namespace, Path], object]
+    markdown: Callable[[Any], list[str]]
+    shape: type = dict
+    gpu: bool | None = None
+
+
+def _decode(model: str, measure: Callable) -> Callable[[argparse.Namespace, Path], object]:
+    return lambda args, work: measure(model, args.device, args.repeats, args.threads, args.batch_size)
+
+
+PARTS = (
+    Part(
+        "eval",
+        "eval",
+        lambda args, work: bench_eval(args.problems, args.repeats, args.threads, args.batch_size, work),
+        eval_markdown,
+        gpu=False,
+    ),
+    Part(
+        "train",
+        "train",
+        lambda args, work: bench_train(args.repeats, args.threads, args.device, quick=args.quick),
+        train_markdown,
+    ),
+    Part("data", "data", lambda args, work: bench_data(args.repeats), data_markdown, list),
+    Part(
+        "memory",
+        "memory",
+        lambda args, work: bench_memory(args.threads, args.batch_size, work, quick_grid_problems(16)),
+        memory_markdown,
+        list,
+    ),
+    # the 8B architecture on the GPU, one model for both parts
+    Part(
+        "eval_gpu",
+        "eval",
+        _decode("llama-3.1-8b", bench_decode),
+        lambda figures: decode_markdown("Evaluation engine at the 8B scale", figures),
+        gpu=True,
+    ),
+    Part("eval_gpu_cell", "eval", _decode("llama-3.1-8b", bench_cell), cell_markdown, gpu=True),
+    Part(
+        "loop",
+        "loop",
+        _decode("tiny", bench_decode),
+        lambda figures: decode_markdown("The decode loop's overhead", figures),
+    ),
+    Part("loop_cell", "loop", _decode("tiny", bench_cell), cell_markdown),
+    Part("api", "api", lambda args, work: bench_api(args.repeats, args.threads), api_markdown),
+    Part("rundir", "rundir", lambda args, work: bench_rundir(), rundir_markdown),
+    Part("scoring", "scoring", lambda args, work: bench_scoring(args.repeats), scoring_markdown),
+)
+SECTIONS = tuple(dict.fromkeys(part.section for part in PARTS))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -289,9 +344,7 @@ def read_results_json(path: Path) -> dict:
     except UserError as err:
         raise UserError(f"{err}; {remedy}") from None
     runs = results.get("runs", [])
-    shapes = {"eval": dict, "eval_gpu": dict, "train": dict, "data": list, "memory": list, "loop": dict, "api": dict}
-    shapes |= {"eval_gpu_cell": dict, "loop_cell": dict}
-    shapes["rundir"] = dict
+    shapes = {part.key: part.shape for part in PARTS}
     problem = None
     if not isinstance(runs, list) or not all(
         isinstance(run, dict) and isinstance(run.get("command"), str) and isinstance(run.get("sections"), list)
@@ -312,24 +365,12 @@ def read_results_json(path: Path) -> dict:
 
 def section_parts(section: str, args, work: Path) -> list[tuple[str, Callable[[], object]]]:
     """A section as its parts: (the key its figures take in results.json, what measures them), in order."""
-    parts = {
-        "eval": [("eval", lambda: bench_eval(args.problems, args.repeats, args.threads, args.batch_size, work))],
-        "train": [("train", lambda: bench_train(args.repeats, args.threads, args.device, quick=args.quick))],
-        "data": [("data", lambda: bench_data(args.repeats))],
-        "memory": [("memory", lambda: bench_memory(args.threads, args.batch_size, work, quick_grid_problems(16)))],
-        "loop": [
-            ("loop", lambda: bench_decode("tiny", args.device, args.repeats, args.threads, args.batch_size)),
-            ("loop_cell", lambda: bench_cell("tiny", args.device, args.repeats, args.threads, args.batch_size)),
-        ],
-        "api": [("api", lambda: bench_api(args.repeats, args.threads))],
-        "rundir": [("rundir", bench_rundir)],
-        "scoring": [("scoring", lambda: bench_scoring(args.repeats))],
-    }
-    if section == "eval" and args.device != "cpu":  # the 8B architecture on the GPU; one model for both parts
-        common = (args.device, args.repeats, args.threads, args.batch_size)
-        return [("eval_gpu", lambda: bench_decode("llama-3.1-8b", *common)),
-                ("eval_gpu_cell", lambda: bench_cell("llama-3.1-8b", *common))]  # fmt: skip
-    return parts[section]
+    on_gpu = args.device != "cpu"
+    return [
+        (part.key, lambda part=part: part.measure(args, work))
+        for part in PARTS
+        if part.section == section and part.gpu in (None, on_gpu)
+    ]
 
 
 def bench(args, sections: list[str], command: str) -> int:

@@ -28,8 +28,8 @@ def written_bytes() -> int:
 
 def bench_rundir(series: int = 5, samples: int = 1000) -> dict:
     from harness.backends.scripted import ScriptedBackend
-    from harness.config import build_spec, load_config
     from harness.eval import evaluate
+    from harness.runs.config import build_spec, load_config
 
     name, config = load_config("paper")
     precisions = ["fp32", "bf16", "fp16", "int8", "nf4", "gguf-q8_0", "gguf-q4_0", "gguf-q4_1"][:series]

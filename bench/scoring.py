@@ -14,7 +14,7 @@ import json
 import time
 from pathlib import Path
 
-from harness.answers import answer_mode
+from harness.questions.answers import answer_mode
 from harness.scoring import judge
 
 REPORTS = Path(__file__).resolve().parents[1] / "reports"

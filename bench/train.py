@@ -41,10 +41,11 @@ QUICK_SHAPE = "mul, base 2, n=14"  # a middle length of the grid's sequences (59
 def bench_train(repeats: int, threads: int, device_name: str, quick: bool = False) -> dict:
     import torch
 
+    from scratch.config import RunConfig
     from scratch.data import POOL_ROWS, POOL_STEPS
     from scratch.numerics import resolve_device, set_matmul_precision
     from scratch.sweep import load_sweep
-    from scratch.train import WARM_STEPS, RunConfig, measure_matmul_flops
+    from scratch.training import WARM_STEPS, measure_matmul_flops
 
     device = resolve_device(device_name)
     torch.set_num_threads(threads)
@@ -118,7 +119,7 @@ def time_steps(configs: list, steps: int, warm_up: int, repeats: int, device) ->
     GPU), timed apart."""
     from scratch.data import Problems
     from scratch.pack import Pack
-    from scratch.train import pack_batch, synchronize
+    from scratch.training import pack_batch, synchronize
 
     said: list[str] = []
     pack = Pack(configs, device, say=said.append)

@@ -1,3 +1,3 @@
 """LoRA / QLoRA fine-tuning on the paper's arithmetic tasks (appendix tab:lora_config)."""
 
-import harness.startup  # noqa: F401  (thread settings and a quiet Ctrl-C before torch loads)
+import harness.core.startup  # noqa: F401  (thread settings and a quiet Ctrl-C before torch loads)

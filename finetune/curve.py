@@ -16,13 +16,13 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from harness.bounds import SAMPLES, SEED
-from harness.cli import ArgParser, input_path, int_list, name_list, output_dir, run
-from harness.config import build_spec, load_config
-from harness.errors import UserError
-from harness.figures import accuracy_axes, figure_png
-from harness.files import atomic_write_bytes, read_json
-from harness.results import read_results
+from harness.core.bounds import SAMPLES, SEED
+from harness.core.cli import ArgParser, input_path, int_list, name_list, output_dir, run
+from harness.core.errors import UserError
+from harness.core.files import atomic_write_bytes, read_json
+from harness.reports.figures import accuracy_axes, figure_png
+from harness.runs.config import build_spec, load_config
+from harness.runs.results import read_results
 
 GRID = {"add": [1, 2, 3, 4, 5], "iter_add:3": [1, 2], "mul": [1, 2]}
 

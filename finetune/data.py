@@ -21,10 +21,10 @@ import json
 from collections.abc import Sequence
 from pathlib import Path
 
-from harness.bounds import SAMPLES, SEED, Bound, unique
-from harness.cli import ArgParser, name_list, output_dir, run
-from harness.files import writing_out
-from harness.problems import (
+from harness.core.bounds import SAMPLES, SEED, Bound, unique
+from harness.core.cli import ArgParser, name_list, output_dir, run
+from harness.core.files import writing_out
+from harness.questions.problems import (
     HELD_OUT_COUNT,
     TRAINING_LENGTHS,
     Problem,
@@ -33,7 +33,7 @@ from harness.problems import (
     heldout_problems,
     parse_task,
 )
-from harness.prompts import TEMPLATE_FOR_TASK, user_message
+from harness.questions.prompts import TEMPLATE_FOR_TASK, user_message
 
 PAPER_COUNTS = {length: 5_000 if length <= 6 else 10_000 for length in TRAINING_LENGTHS}  # 60k per task
 SCALE = Bound(above=0, high=10, why="10 x the paper's 60,000 samples per task", kind=float)
@@ -95,10 +95,10 @@ def build_mixture(
     eval_count: int = HELD_OUT_COUNT,
     lengths: Sequence[int] | None = None,
 ):
-    """The fine-tuning sets of several tasks, shuffled together in blocks of ``block`` examples of one prompt
-    template (harness.prompts: add and iter_add share one, mul has its own), so that a batch of ``block`` rows read
-    in order shares its few-shot prefix (finetune/prefix.py computes it once). Returns the dataset and, per task,
-    the lengths that overlap evaluation."""
+    """The fine-tuning sets of several tasks, shuffled together in blocks of ``block`` examples of one prompt template
+    (harness.questions.prompts: add and iter_add share one, mul has its own), so that a batch of ``block`` rows read in
+    order shares its few-shot prefix (finetune/prefix.py computes it once). Returns the dataset and, per task, the
+    lengths that overlap evaluation."""
     import random
 
     import datasets

@@ -1,3 +1,3 @@
 """numprec harness: evaluate language models on the paper's arithmetic tasks at a chosen precision."""
 
-from harness import startup  # noqa: F401  (thread settings and a quiet Ctrl-C before torch loads)
+from harness.core import startup  # noqa: F401  (thread settings and a quiet Ctrl-C before torch loads)

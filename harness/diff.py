@@ -3,13 +3,13 @@ alter what the model wrote?
 
     python -m harness.diff reports/quick-greedy-n40-seed0 runs/eval/quick-greedy-n40-seed0
 
-Problems are matched by cell (model, precision, adapter, task, base, length) and index; for each series the
-counts of problems in both runs, of identical outputs and of identical verdicts are printed, each followed by what
-differs between the machines that computed it (CPU instructions, GPU, kernels and library versions: harness/machine.py)
-where anything does, so that outputs that differ because the kernels did are seen as such; then the first differing
-outputs. Outputs are compared with trailing whitespace aside: a server (--backend api) drops the newline
-that ended the first line, which the in-process backends keep. A problem whose expression differs between the runs
-(another seed) is reported, not compared. Reads only; exits 0 whatever it finds.
+Problems are matched by cell (model, precision, adapter, task, base, length) and index; for each series the counts of
+problems in both runs, of identical outputs and of identical verdicts are printed, each followed by what differs between
+the machines that computed it (CPU instructions, GPU, kernels and library versions: harness/core/machine.py) where
+anything does, so that outputs that differ because the kernels did are seen as such; then the first differing outputs.
+Outputs are compared with trailing whitespace aside: a server (--backend api) drops the newline that ended the first
+line, which the in-process backends keep. A problem whose expression differs between the runs (another seed) is
+reported, not compared. Reads only; exits 0 whatever it finds.
 """
 
 from __future__ import annotations
@@ -17,16 +17,16 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from harness.cli import ArgParser, input_path, run
-from harness.errors import UserError
-from harness.files import read_json
-from harness.finished import read_samples
-from harness.machine import differences
-from harness.results import CellKey, read_results
+from harness.core.cli import ArgParser, input_path, run
+from harness.core.errors import UserError
+from harness.core.files import read_json
+from harness.core.machine import differences
+from harness.runs.finished import read_samples
+from harness.runs.results import CellKey, read_results
 
 
 def by_problem(directory: Path) -> dict[tuple[CellKey, int], dict]:
-    """The samples of a run directory by (cell, index) (harness/finished.py reads and checks them)."""
+    """The samples of a run directory by (cell, index) (harness/runs/finished.py reads and checks them)."""
     return {(CellKey.of(sample), sample["index"]): sample for sample in read_samples(directory)}
 
 

@@ -15,10 +15,10 @@ from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
 
-from harness.cli import ArgParser, command_line, input_path, output_dir, run
-from harness.files import atomic_write_text
-from harness.finished import FinishedRun, read_finished
-from harness.outputs import check_out_dir, staged_dir
+from harness.core.cli import ArgParser, command_line, input_path, output_dir, run
+from harness.core.files import atomic_write_text
+from harness.reports.outputs import check_out_dir, staged_dir
+from harness.runs.finished import FinishedRun, read_finished
 
 CARD = """---
 configs:

@@ -6,7 +6,7 @@
     python -m harness.quantize --model smollm2 --model-path MERGED_DIR --method gptq --out DIR  # your own weights
 
 GPTQ checkpoints are written as compressed-tensors. AWQ checkpoints are written by default in AutoAWQ's
-GEMM format (``harness/autoawq.py``): the format of the paper's int4 Llama, which transformers loads
+GEMM format (``harness/models/autoawq.py``): the format of the paper's int4 Llama, which transformers loads
 through gptqmodel's AWQ kernels, so ``awq-w4`` on the default model takes the ``llama-int4`` preset's own
 loading path; ``--format compressed-tensors`` keeps llm-compressor's format instead.
 
@@ -31,16 +31,16 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from harness.autoawq import require_gptqmodel
-from harness.bounds import SEED, Bound
-from harness.cli import ArgParser, command_line, input_path, output_dir, run
-from harness.errors import UserError
-from harness.files import follow_umask
-from harness.lock import DirectoryLock
+from harness.core.bounds import SEED, Bound
+from harness.core.cli import ArgParser, command_line, input_path, output_dir, run
+from harness.core.errors import UserError
+from harness.core.files import follow_umask
+from harness.core.lock import DirectoryLock
 from harness.models import W4_PRECISIONS, ModelSpec, get_model, get_precision
-from harness.problems import HELD_OUT_COUNT, TRAINING_LENGTHS, heldout_problems, parse_task
-from harness.prompts import user_message
-from harness.weights import check_unquantized, quantized_dir, resolve_weights
+from harness.models.autoawq import require_gptqmodel
+from harness.models.weights import check_unquantized, quantized_dir, resolve_weights
+from harness.questions.problems import HELD_OUT_COUNT, TRAINING_LENGTHS, heldout_problems, parse_task
+from harness.questions.prompts import user_message
 
 QUANTIZE_ENV = Path(__file__).resolve().parent.parent / ".venv-quantize"
 HANDED_OVER = "NUMPREC_QUANTIZE_HANDED_OVER"  # set for the quantization environment's process
@@ -109,7 +109,7 @@ def calibration_dtype() -> str:
     numprec_quantize.json; the saved checkpoint is bfloat16 either way."""
     import torch
 
-    from harness.machine import cpu_bf16_instructions
+    from harness.core.machine import cpu_bf16_instructions
 
     return "bfloat16" if torch.accelerator.is_available() or cpu_bf16_instructions() else "float32"
 
@@ -121,7 +121,7 @@ def calibration_progress(description: str):
     description moves this one to i of n."""
     import tqdm as tqdm_module
 
-    from harness.quiet import verbose
+    from harness.core.quiet import verbose
 
     if verbose():
         yield
@@ -335,7 +335,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
             print(f"wrote {calibrated} ({info['calibration_samples']} calibration problems, {info['seconds']:.0f} s)")
         if checkpoint_format == "autoawq":
-            from harness.autoawq import to_autoawq
+            from harness.models.autoawq import to_autoawq
 
             converted = to_autoawq(calibrated, out)
             print(f"wrote {out} (AutoAWQ GEMM format, {converted['layers']} layers)")

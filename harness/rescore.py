@@ -2,7 +2,7 @@
 
     python -m harness.rescore reports/quantization-cpu
 
-Every finished cell is checked against its evidence as harness.eval checks it on resume (harness/evidence.py): each
+Every finished cell is checked against its evidence as harness.eval checks it on resume (harness/runs/evidence.py): each
 stored output is read again (answer, rule, verdict) and each row recomputed from its samples; rows, comparisons,
 anatomy and summary are rewritten, the command is added to run.json, and each verdict that changed is printed, so
 a change of scoring rules is visible answer by answer. A cell whose samples are missing or damaged cannot be
@@ -15,11 +15,11 @@ from __future__ import annotations
 import sys
 from collections.abc import Sequence
 
-from harness.cli import ArgParser, command_line, input_path, run
-from harness.errors import UserError
-from harness.files import read_json
-from harness.report import write_reports
-from harness.rundir import RunDir, eval_into, recorded_identity
+from harness.core.cli import ArgParser, command_line, input_path, run
+from harness.core.errors import UserError
+from harness.core.files import read_json
+from harness.reports.summary import write_reports
+from harness.runs.rundir import RunDir, eval_into, recorded_identity
 
 
 def main(argv: Sequence[str] | None = None) -> int:

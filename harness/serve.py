@@ -26,9 +26,9 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from harness.bounds import THREADS, Bound
-from harness.cli import ArgParser, input_path, run
-from harness.errors import UserError
+from harness.core.bounds import THREADS, Bound
+from harness.core.cli import ArgParser, input_path, run
+from harness.core.errors import UserError
 
 PORT = Bound(1, 65535, "TCP ports end there")
 ENGINES = {"llamacpp": "gguf-q4_1", "vllm": "fp32"}  # each engine's default precision
@@ -193,7 +193,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     from harness.models import get_model, get_precision
-    from harness.weights import variant_weights
+    from harness.models.weights import variant_weights
 
     key = server_key(args.api_key_file)
     check_address(args.host, args.port)

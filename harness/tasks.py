@@ -6,11 +6,11 @@
 writes an lm-evaluation-harness task group ``numprec``: a task per task and length (``numprec_add_n2``), each cell's
 problems as a local JSON-lines dataset (data/), and numprec_metric.py, the metric: numprec's own answer reading and
 exact match (harness/scoring/), imported, not copied, so numprec must be installed where lm-eval runs. Prompts are
-harness.prompts' user messages (with ``--apply_chat_template`` lm-eval wraps them in the model's chat template, as
-harness.eval does); generation is greedy within the cell's budget (harness/answers.py, counted with ``--model``'s
-tokenizer) and the metric keeps the first non-blank line, where numprec's backends stop: under greedy decoding the
-kept line is the one harness.eval gets. Every task's version is numprec's version and the seed, and the metric
-refuses to score under another numprec.
+harness.questions.prompts' user messages (with ``--apply_chat_template`` lm-eval wraps them in the model's chat
+template, as harness.eval does); generation is greedy within the cell's budget (harness/questions/answers.py, counted
+with ``--model``'s tokenizer) and the metric keeps the first non-blank line, where numprec's backends stop: under greedy
+decoding the kept line is the one harness.eval gets. Every task's version is numprec's version and the seed, and the
+metric refuses to score under another numprec.
 
 inspect_ai: ``inspect eval numprec/arithmetic -T task=add -T length=3`` (numprec/inspect_task.py).
 """
@@ -26,18 +26,18 @@ from pathlib import Path
 
 import yaml
 
-from harness.answers import FIRST_LINE, AnswerMode
-from harness.bounds import SAMPLES, SEED
-from harness.cli import ArgParser, command_line, int_list, name_list, output_dir, run
-from harness.config import build_spec, load_config
-from harness.errors import UserError
-from harness.files import atomic_write_text
+from harness.core.bounds import SAMPLES, SEED
+from harness.core.cli import ArgParser, command_line, int_list, name_list, output_dir, run
+from harness.core.errors import UserError
+from harness.core.files import atomic_write_text
 from harness.models import get_model, tokenizer_model
-from harness.outputs import check_out_dir, staged_dir
-from harness.problems import Task, generate
-from harness.prompts import PROMPT_STYLES, user_message
+from harness.models.weights import resolve_weights
+from harness.questions.answers import FIRST_LINE, AnswerMode
+from harness.questions.problems import Task, generate
+from harness.questions.prompts import PROMPT_STYLES, user_message
+from harness.reports.outputs import check_out_dir, staged_dir
+from harness.runs.config import build_spec, load_config
 from harness.scoring import Extraction, is_correct, judge
-from harness.weights import resolve_weights
 
 GROUP = "numprec"
 METRIC_MODULE = '''"""The metric of numprec's lm-eval tasks: numprec's own reading of an answer and its exact match,
@@ -109,7 +109,8 @@ def _tokenizer(model: str):
 
 
 def cell_budget(task: Task, base: int, length: int, model: str = "smollm2", answer: AnswerMode = FIRST_LINE) -> int:
-    """The cell's generation budget as harness.eval sets it (harness/answers.py), counted with ``model``'s tokenizer
+    """The cell's generation budget as harness.eval sets it (harness/questions/answers.py), counted with ``model``'s
+    tokenizer
     as its backends count tokens."""
     tokenizer = _tokenizer(model)
     return answer.budget(task, base, length, lambda text: len(tokenizer(text, add_special_tokens=False)["input_ids"]))

@@ -20,15 +20,15 @@ from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
 
-from harness.anatomy import anatomy_rows
-from harness.cli import ArgParser, input_path, output_file, run
-from harness.compare import SIGNIFICANCE, paired_comparisons
-from harness.files import atomic_write_text, writing_out
-from harness.finished import FinishedRun, read_run
-from harness.merge import merge
-from harness.outputs import check_out_file, clear_strays
-from harness.report import series_label, task_label
-from harness.results import CellKey
+from harness.core.cli import ArgParser, input_path, output_file, run
+from harness.core.files import atomic_write_text, writing_out
+from harness.reports.anatomy import anatomy_rows
+from harness.reports.outputs import check_out_file, clear_strays
+from harness.reports.summary import series_label, task_label
+from harness.runs.compare import SIGNIFICANCE, paired_comparisons
+from harness.runs.finished import FinishedRun, read_run
+from harness.runs.merge import merge
+from harness.runs.results import CellKey
 
 MARK = b'<meta name="generator" content="numprec harness.view">'  # in view.html: a page harness.view may replace
 SAMPLE_FIELDS = ("index", "expression", "prompt", "output", "extracted", "rule", "gold", "correct", "truncated")

@@ -3,11 +3,10 @@
     inspect eval numprec/arithmetic -T task=add -T length=3 -T samples=40 --model hf/local -M model_path=DIR
 
 The dataset is a cell's problems (harness.problems, the seed's own), each sample's input the user message harness.eval
-sends (harness.prompts; inspect's provider applies the model's chat template), the target its gold answer; the scorer
-is numprec's: the first non-blank line of the output (where numprec's backends stop) read by harness/scoring/ and
-compared exactly. Generation is greedy within the cell's budget (harness/answers.py, counted with the ``budget_model``
-tokenizer).
-"""
+sends (harness.questions.prompts; inspect's provider applies the model's chat template), the target its gold answer; the
+scorer is numprec's: the first non-blank line of the output (where numprec's backends stop) read by harness/scoring/ and
+compared exactly. Generation is greedy within the cell's budget (harness/questions/answers.py, counted with the
+``budget_model`` tokenizer)."""
 
 from __future__ import annotations
 
@@ -17,7 +16,7 @@ from inspect_ai.model import GenerateConfig
 from inspect_ai.scorer import CORRECT, INCORRECT, Score, Target, accuracy, scorer, stderr
 from inspect_ai.solver import TaskState, generate
 
-from harness.problems import parse_task
+from harness.questions.problems import parse_task
 from harness.tasks import cell_budget, cell_documents, verdict
 
 

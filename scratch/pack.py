@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from harness.errors import one_line
+from harness.core.errors import one_line
 from scratch.model import GPT, GPTConfig, apply_rotary
 from scratch.numerics import autocast, training_dtype
 

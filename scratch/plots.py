@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from harness.figures import accuracy_axes, figure_png
+from harness.reports.figures import accuracy_axes, figure_png
 
 PANEL_KEYS = ["task", "operands", "base", "fixed_width", "depth"]
 

@@ -3,7 +3,7 @@
     python -m scratch.sweep --config scratch/configs/cpu.yaml --out reports/scratch-cpu
 
 Each cell trains one model (scratch.train). ``pack: N`` trains up to N cells of one shape (the seeds of a
-cell) as one stacked model in one process (scratch.train.Pack): on a GPU, small models only fill it together.
+cell) as one stacked model in one process (scratch/pack.py): on a GPU, small models only fill it together.
 ``launcher: local`` runs packs in worker processes: one per visible GPU (``device: auto`` or ``cuda``), or
 ``workers`` single-thread processes on the CPU (on a CPU, N one-thread processes beat one N-thread process);
 ``launcher: slurm`` runs each pack as one task of a Slurm job array through submitit, on the GPU it asks for.
@@ -19,8 +19,6 @@ fp32-trained models evaluated in each format), summary.md.
 
 from __future__ import annotations
 
-import csv
-import io
 import itertools
 import sys
 import time
@@ -34,45 +32,19 @@ from typing import Annotated, Literal
 
 from pydantic import Field
 
-from harness.bounds import THREADS, Bound, unique
-from harness.cli import ArgParser, command_line, input_path, output_dir, run
-from harness.compare import wilson_interval
-from harness.configfiles import Lengths, StrictModel, load_yaml_model
-from harness.errors import UserError
-from harness.files import atomic_write_bytes, atomic_write_text, read_csv_rows
-from harness.lock import DirectoryLock
+from harness.core.bounds import THREADS, Bound, unique
+from harness.core.cli import ArgParser, command_line, input_path, output_dir, run
+from harness.core.configfiles import Lengths, StrictModel, load_yaml_model
+from harness.core.errors import UserError
+from harness.core.files import atomic_write_bytes, atomic_write_text
+from harness.core.lock import DirectoryLock
+from scratch.config import RunConfig
 from scratch.numerics import resolve_device
-from scratch.train import RunConfig, pack_key
+from scratch.rows import cell_rows, read_rows, row_key, task_name, write_rows
+from scratch.training import pack_key
 
 PACK = Bound(1, 64, "a pack's runs share one process and one GPU's memory")
 
-COLUMNS = [
-    "task",
-    "operands",
-    "base",
-    "length",
-    "fixed_width",
-    "precision",
-    "depth",
-    "seed",
-    "eval_format",
-    "steps",
-    "n",
-    "correct",
-    "accuracy",
-    "ci_low",
-    "ci_high",
-    "tokens_per_s",
-    "mfu",
-    "wall_s",
-    "device",
-    "matmul_precision",
-    "disjoint_test",
-    "device_name",
-    "runs_packed",
-    "steps_per_s",
-    "whole_space_test",
-]
 # tokens_per_s, mfu, steps_per_s and wall_s are the process's: with runs_packed > 1, every packed run's together.
 
 
@@ -91,7 +63,7 @@ class SweepConfig(StrictModel):
     precisions: Annotated[list[Literal["fp32", "bf16", "bf16-amp", "tf32"]], Field(min_length=1)] = ["fp32", "bf16"]
     depths: Annotated[list[int], Field(min_length=1)] = [3]
     seeds: Annotated[list[int], Field(min_length=1)] = [0, 1, 2]
-    train: dict = {}  # scratch.train.RunConfig fields shared by every cell: n_embd, steps, batch_size, lr, ...
+    train: dict = {}  # scratch.config.RunConfig fields shared by every cell: n_embd, steps, batch_size, lr, ...
     workers: Annotated[int, THREADS.field] = 2  # on the CPU: single-thread processes, at most one per core
     pack: Annotated[int, PACK.field] = 1  # cells of one shape trained together in one process (1: one by one)
     device: str = "auto"  # every cell's: auto (CUDA when present), cpu, cuda, cuda:N
@@ -147,10 +119,6 @@ def cells(config: SweepConfig) -> list[RunConfig]:
     ]
 
 
-def task_name(run_config: RunConfig) -> str:
-    return "iter_add" if run_config.op == "add" and run_config.operands > 2 else run_config.op
-
-
 def cell_id(c: RunConfig) -> str:
     width = "fixed" if c.fixed_width else "var"
     return f"{c.op}{c.operands}-b{c.base}-n{c.length}-{width}-{c.precision}-d{c.depth}-s{c.seed}"
@@ -166,7 +134,7 @@ def packs(todo: list[RunConfig], size: int) -> list[list[RunConfig]]:
 
 def run_cells(run_configs: list[RunConfig], out: str, should_stop=None) -> list[list[dict]]:
     """One pack, in whatever process runs it: train (or resume), evaluate, return each cell's rows."""
-    from scratch.train import run_pack
+    from scratch.training import run_pack
 
     directories = [Path(out) / "cells" / cell_id(c) for c in run_configs]
     started = time.perf_counter()
@@ -192,7 +160,7 @@ class PackJob:
     def __call__(self, run_configs: list[RunConfig], out: str) -> list[list[dict]]:
         import signal
 
-        from scratch.train import Preempted
+        from scratch.training import Preempted
 
         warning = _preemption_signal()
         submitit_handlers = {warning: signal.getsignal(warning), signal.SIGTERM: signal.getsignal(signal.SIGTERM)}
@@ -266,88 +234,10 @@ def _preemption_signal():
     return getattr(signal, "SIG" + os.environ.get("SUBMITIT_PREEMPT_SIGNAL", "USR2").removeprefix("SIG"))
 
 
-def cell_rows(run_config: RunConfig, summary: dict, wall: float) -> list[dict]:
-    """A cell's rows: its own precision's, then one per emulated format."""
-    base_row = {
-        "task": task_name(run_config),
-        "operands": run_config.operands,
-        "base": run_config.base,
-        "length": run_config.length,
-        "fixed_width": run_config.fixed_width,
-        "precision": run_config.precision,
-        "depth": run_config.depth,
-        "seed": run_config.seed,
-        "steps": summary["steps"],
-        "n": summary["n_test"],
-        "tokens_per_s": round(summary["tokens_per_s"], 1),
-        "mfu": round(summary["mfu"], 4),
-        "wall_s": round(wall, 1),
-        "device": summary["device"],
-        "matmul_precision": summary["matmul_precision"],
-        "disjoint_test": summary["disjoint_test"],
-        "device_name": summary["device_name"],
-        "runs_packed": summary["runs_packed"],
-        "steps_per_s": round(summary["steps_per_s"], 2),
-        "whole_space_test": summary["whole_space_test"],
-    }
-    rows = []
-    for eval_format, correct in [("", summary["correct"]), *summary["formats"].items()]:
-        low, high = wilson_interval(correct, summary["n_test"])
-        rows.append(
-            {
-                **base_row,
-                "eval_format": eval_format,
-                "correct": correct,
-                "accuracy": round(correct / summary["n_test"], 4),
-                "ci_low": round(low, 4),
-                "ci_high": round(high, 4),
-            }
-        )
-    return rows
-
-
-def row_key(row: dict) -> tuple:
-    return tuple(
-        str(row[k]) for k in ("task", "operands", "base", "length", "fixed_width", "precision", "depth", "seed")
-    )
-
-
 def cell_key(c: RunConfig) -> tuple:
     return tuple(
         str(v) for v in (task_name(c), c.operands, c.base, c.length, c.fixed_width, c.precision, c.depth, c.seed)
     )
-
-
-# What a row must hold to be plotted and resumed from; the other columns came later and may be absent or empty.
-REQUIRED = COLUMNS[: COLUMNS.index("device")]
-INTEGERS = ("operands", "base", "length", "depth", "seed", "steps", "n", "correct")
-FRACTIONS = ("accuracy", "ci_low", "ci_high")
-
-
-def parse_row(row: dict[str, str]) -> dict[str, str]:
-    """A sweep results row as read (text), or ValueError where a value is missing or of the wrong type."""
-    if any(row.get(name) is None for name in REQUIRED) or None in row.values():
-        raise ValueError("cut short")
-    values = {name: int(row[name]) for name in INTEGERS}
-    fractions = [float(row[name]) for name in FRACTIONS]
-    for name in ("tokens_per_s", "mfu", "wall_s"):
-        float(row[name])  # a ValueError where it is no number
-    if not all(0 <= value <= 1 for value in fractions) or not 0 <= values["correct"] <= values["n"]:
-        raise ValueError("out of range")
-    return row
-
-
-def read_rows(path: Path) -> tuple[list[dict], list[str]]:
-    """The rows of a sweep's results.csv and its damaged ones (harness/files.py's CSV reader)."""
-    return read_csv_rows(path, REQUIRED, parse_row, "a scratch.sweep results file")
-
-
-def write_rows(path: Path, rows: list[dict]) -> None:
-    buffer = io.StringIO()
-    writer = csv.DictWriter(buffer, fieldnames=COLUMNS, lineterminator="\n")
-    writer.writeheader()
-    writer.writerows({k: row.get(k, "") for k in COLUMNS} for row in rows)  # older rows lack later columns
-    atomic_write_text(path, buffer.getvalue())
 
 
 def worker_devices(config: SweepConfig) -> list[str]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from harness.answers import FirstLine
+from harness.questions.answers import FirstLine
 
 
 @dataclass(frozen=True)

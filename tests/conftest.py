@@ -27,6 +27,7 @@ SLOW_MODULES = {
     "tests/harness/test_eval.py",
     "tests/harness/test_parallel.py",
     "tests/harness/test_quantized.py",
+    "tests/harness/test_vllm.py",
     "tests/scratch/test_sweep.py",
     "tests/scratch/test_train.py",
 }

@@ -1,5 +1,5 @@
 """numprec's own stderr lines, as formats: a command's console is these and nothing else (issue 28: other libraries'
-warnings, banners and "failed to load" lines are silenced unless --verbose asks for them, harness/quiet.py).
+warnings, banners and "failed to load" lines are silenced unless --verbose asks for them, harness/core/quiet.py).
 
 ``foreign_lines(stderr)`` lists what matches none of them; a test of a command's happy path or bad input asserts that
 it is empty. Each format names the code that prints it."""
@@ -14,7 +14,7 @@ OWN_FORMATS = [
     # are redrawn or cleared
     r"(.*: )?\s*\d+%\|[^|]*\|\s*\d+/\d+ \[[^\]]*\]",
     r".+: \d+[^\[]* \[[^\]]*\]",  # a bar whose total is not yet known (harness.quantize's calibration)
-    # harness/cli.py: the one-line error, Ctrl-C; harness/startup.py: Ctrl-C while importing
+    # harness/core/cli.py: the one-line error, Ctrl-C; harness/core/startup.py: Ctrl-C while importing
     r"error: .+",
     r"interrupted: finished work is saved; rerun the same command to resume",
     r"interrupted while starting: nothing was written",
@@ -22,12 +22,12 @@ OWN_FORMATS = [
     rf".+ n=\d+ +\d+/\d+ += [01]\.\d{{3}} \[[01]\.\d{{3}}, [01]\.\d{{3}}\]  \({NUMBER} tok/s\)",
     r"resuming in .+: \d+ of \d+ cells already done",
     r"repaired .+: .+",
-    # harness/weights.py, harness/gguf.py: weights made once into the cache
+    # harness/models/weights.py, harness/models/gguf.py: weights made once into the cache
     r"converting .+ to .+ \(once, ~30 s\)",
     r"merging .+'s adapter into .+ -> .+ \(once, seconds\)",
     r"writing .+: .+ with .+'s adapter merged \(once\)",
     r"requantizing .+ to \w+ \(once, seconds\)",
-    # harness/rescore.py, harness/quantize.py, harness/parallel.py
+    # harness/rescore.py, harness/quantize.py, harness/runs/parallel.py
     r"rescored .+: .+",
     r"quantizing .+ -> .+",
     r"note: .+",

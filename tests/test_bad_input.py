@@ -2,7 +2,7 @@
 nothing written (issue 14's matrix: ranges, upper bounds, zero, duplicates, typos, abbreviations, non-UTF-8
 files and paths, unwritable outputs, broken model and adapter directories, empty configs).
 
-The matrix calls each command's main() in this process through harness.cli.run, as ``python -m`` does, so ~180
+The matrix calls each command's main() in this process through harness.core.cli.run, as ``python -m`` does, so ~180
 cases take seconds; a few of them also run as real processes to show the process-level contract."""
 
 from __future__ import annotations
@@ -14,10 +14,10 @@ import signal
 
 import pytest
 
-from harness.cli import run
-from harness.outputs import RUN_FILES
-from harness.results import COLUMNS
-from harness.weights import gguf_file
+from harness.core.cli import run
+from harness.models.weights import gguf_file
+from harness.reports.outputs import RUN_FILES
+from harness.runs.results import COLUMNS
 from tests.devices import without_cuda
 from tests.harness.helpers import ROOT, assert_user_error, run_module
 
@@ -592,7 +592,7 @@ REFERENCE_RUN = str(ROOT / "reports" / "quick-greedy-n40-seed0")
 
 
 def run_readers(out: str, *, several: bool) -> list[tuple]:
-    """The rows every command that reads finished runs shares (harness/finished.py), --out being ``out``."""
+    """The rows every command that reads finished runs shares (harness/runs/finished.py), --out being ``out``."""
     return [
         ("missing", ["gone", "--out", out], "gone does not exist"),
         ("not-a-run", ["empty_dir", "--out", out], "empty_dir has no results.csv"),
@@ -751,7 +751,7 @@ def make_damaged_inputs(root) -> None:
     import torch
     from safetensors.torch import save_file
 
-    from scratch.train import RunConfig
+    from scratch.config import RunConfig
 
     llama = json.dumps({"model_type": "llama", "hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 4})
     weights = {

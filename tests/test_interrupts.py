@@ -1,5 +1,5 @@
-"""Ctrl-C at any moment ends a command with one line and exit status 130, and leaves nothing behind that it did
-not finish: while Python is still importing torch (harness/startup.py), and once the work has begun (harness.cli
+"""Ctrl-C at any moment ends a command with one line and exit status 130, and leaves nothing behind that it did not
+finish: while Python is still importing torch (harness/core/startup.py), and once the work has begun (harness.core.cli
 .run), where a run directory that holds no finished cell yet is removed again."""
 
 from __future__ import annotations
@@ -57,7 +57,7 @@ def loading_torch(process: subprocess.Popen) -> bool:
 
 
 # scratch.train imports torch at the top (the one-line start-up handler); the others import it lazily inside
-# main(), where harness.cli.run's handler answers: either way one line, exit status 130, nothing written.
+# main(), where harness.core.cli.run's handler answers: either way one line, exit status 130, nothing written.
 STARTING = "interrupted while starting: nothing was written"
 IN_MAIN = "interrupted: finished work is saved; rerun the same command to resume"
 

@@ -10,8 +10,8 @@ import os
 
 import pytest
 
-from harness.cli import run
-from harness.lock import NOTE, DirectoryLock
+from harness.core.cli import run
+from harness.core.lock import NOTE, DirectoryLock
 from tests.test_bad_input import OK_FINETUNE, OK_SCRATCH, OK_SWEEP
 
 FINETUNE = OK_FINETUNE + "train: {logging_steps: 1, save_steps: 1}\n"

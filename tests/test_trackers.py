@@ -54,7 +54,7 @@ def test_a_tracker_not_installed_is_refused_before_any_work(tmp_path):
     """harness.eval logs once its grid is done: a missing tracker is said at once, not after the evaluation."""
     import importlib.util
 
-    from harness.trackers import TRACKERS
+    from harness.runs.trackers import TRACKERS
 
     missing = [name for name in TRACKERS if importlib.util.find_spec(name) is None]
     if not missing:

@@ -24,7 +24,7 @@ def write_tiny_llama(out: Path) -> Path:
     import torch
     from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
-    from harness.weights import default_tokenizer_dir
+    from harness.models.weights import default_tokenizer_dir
 
     torch.manual_seed(0)
     tokenizer = AutoTokenizer.from_pretrained(default_tokenizer_dir())

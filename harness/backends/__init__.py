@@ -1,27 +1,62 @@
-"""Backends turn chat prompts into generations; everything else (problems, prompts, stopping, scoring,
-results) lives above them. Every backend is a ChatBackend: chat_prompt(), count_tokens(), footprint_mb,
-kernel, and generate(), whose batching and sharding loop is written once here; a backend implements
-prepare() and generate_batch(), and stops each generation where the run's answer mode says (harness/answers.py:
-the paper's first line, by default).
+"""Backends turn chat prompts into generations; everything else (problems, prompts, stopping, scoring, results) lives
+above them. Every backend is a ChatBackend: chat_prompt(), count_tokens(), footprint_mb, kernel, and generate(), whose
+batching and sharding loop is written once here; a backend implements prepare() and generate_batch(), and stops each
+generation where the run's answer mode says (harness/questions/answers.py: the paper's first line, by default).
 
-    hf        transformers: fp32/bf16/fp16 casts, bitsandbytes int8/nf4, GPTQ/AWQ checkpoints, adapters
-    llamacpp  llama.cpp through llama-cpp-python: the GGUF variants
-    vllm      vLLM on a CUDA GPU: casts, AWQ/GPTQ checkpoints, bitsandbytes nf4, adapters
-    api       a model served behind an OpenAI-compatible endpoint (vLLM, SGLang, llama.cpp, hosted APIs): any
-              precision, declared by the user (the server decides what runs)
-    scripted  no model: answers from a function, for testing everything above (harness/backends/scripted.py)
+The backends a run can name are the records of BACKENDS, one place to add one: its module (imported only when it is
+loaded), its class, and what it runs; the class's ``load(request)`` makes it from a LoadRequest. The scripted backend
+(no model: answers from a function, harness/backends/scripted.py) tests everything above and is passed by tests.
 """
 
 from __future__ import annotations
 
+import importlib
 import os
 from dataclasses import dataclass
 
-from harness.answers import FIRST_LINE, AnswerMode
-from harness.errors import UserError
+from harness.core.errors import UserError
 from harness.models import PrecisionSpec
+from harness.questions.answers import FIRST_LINE, AnswerMode
 
-BACKENDS = ("hf", "llamacpp", "vllm", "api")
+
+@dataclass(frozen=True)
+class BackendRecord:
+    """A backend a run can name: where its class is (imported only when loaded) and what it runs."""
+
+    module: str
+    cls: str
+    runs: str
+
+
+BACKENDS = {
+    "hf": BackendRecord(
+        "harness.backends.hf", "HFBackend", "transformers: casts, bitsandbytes int8/nf4, GPTQ/AWQ, adapters"
+    ),
+    "llamacpp": BackendRecord("harness.backends.llamacpp", "LlamaCppBackend", "llama.cpp: the GGUF variants"),
+    "vllm": BackendRecord(
+        "harness.backends.vllm", "VLLMBackend", "vLLM's engine (.venv-vllm): casts, GPTQ/AWQ checkpoints, adapters"
+    ),
+    "api": BackendRecord(
+        "harness.backends.api", "APIBackend", "a model served behind an OpenAI-compatible endpoint, as declared"
+    ),
+}
+
+
+@dataclass(frozen=True)
+class LoadRequest:
+    """What a backend is loaded with: ``weights`` a checkpoint directory or a GGUF file (for ``api``, the directory
+    whose tokenizer templates the prompts, or None), the precision, an adapter, the batch size, and the options
+    of the backends that take them (vLLM's tensor parallelism and batch invariance; the served model's endpoint and
+    its run directory's journal)."""
+
+    weights: str | None
+    precision: PrecisionSpec
+    adapter: str | None
+    batch_size: int
+    tensor_parallel_size: int = 1
+    batch_invariant: bool = False
+    endpoint: object = None
+    journal: object = None
 
 
 @dataclass(frozen=True)
@@ -238,35 +273,12 @@ def load_backend(
     endpoint=None,
     journal=None,
 ):
-    """The one factory of backends: ``name`` loaded for ``precision``. ``weights`` is a checkpoint directory or a
-    GGUF file; for ``api`` (a served model: ``endpoint``, ``journal`` its run directory's responses.jsonl) the
-    directory whose tokenizer templates the prompts, or None (the server's own template, chat mode)."""
-    if name == "hf":
-        from harness.backends.hf import HFBackend
-
-        return HFBackend(weights, precision, adapter=adapter, batch_size=batch_size)
-    if name == "llamacpp":
-        if adapter:
-            raise UserError("--adapter is not supported with GGUF precisions; evaluate adapters with --backend hf")
-        from harness.backends.llamacpp import LlamaCppBackend
-
-        return LlamaCppBackend(weights, precision, batch_size=batch_size)
-    if name == "vllm":
-        from harness.backends.vllm import VLLMBackend
-
-        return VLLMBackend(
-            weights,
-            precision,
-            adapter=adapter,
-            tensor_parallel_size=tensor_parallel_size,
-            batch_size=batch_size,
-            batch_invariant=batch_invariant,
-        )
-    if name == "api":
-        from transformers import AutoTokenizer
-
-        from harness.backends.api import APIBackend
-
-        tokenizer = AutoTokenizer.from_pretrained(weights) if weights else None
-        return APIBackend(endpoint, precision, tokenizer, batch_size, journal)
-    raise UserError(f"unknown backend '{name}'; known: {', '.join(BACKENDS)}")
+    """The one factory of backends: ``name``'s record in BACKENDS, its class loaded for ``precision``."""
+    record = BACKENDS.get(name)
+    if record is None:
+        raise UserError(f"unknown backend '{name}'; known: {', '.join(BACKENDS)}")
+    backend = getattr(importlib.import_module(record.module), record.cls)
+    options = {"tensor_parallel_size": tensor_parallel_size, "batch_invariant": batch_invariant}
+    return backend.load(
+        LoadRequest(weights, precision, adapter, batch_size, **options, endpoint=endpoint, journal=journal)
+    )

@@ -6,7 +6,7 @@ from __future__ import annotations
 import threading
 import time
 
-from harness.errors import UserError
+from harness.core.errors import UserError
 
 
 class DeadlineExceeded(Exception):

@@ -21,16 +21,15 @@ import torch
 from tqdm import tqdm
 from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache, StaticCache
 
-from harness import awq_kernels
-from harness.answers import FIRST_LINE, AnswerMode, finishing_tokens
-from harness.autoawq import require_gptqmodel
-from harness.backends import ChatBackend, Generation, Sampling, feedable_prefix, read_every, shared_prefix
+from harness.backends import ChatBackend, Generation, LoadRequest, Sampling, feedable_prefix, read_every, shared_prefix
 from harness.backends.opaque import is_gptqmodel_kernel, make_opaque
 from harness.backends.sampling import gumbel_choice, warped_candidates
 from harness.backends.static_cache import BUCKET, FilledMask, bind_once
-from harness.errors import UserError, one_line
-from harness.models import PrecisionSpec
-from harness.weights import quantization_config
+from harness.core.errors import UserError, one_line
+from harness.models import PrecisionSpec, awq_kernels
+from harness.models.autoawq import require_gptqmodel
+from harness.models.weights import quantization_config
+from harness.questions.answers import FIRST_LINE, AnswerMode, finishing_tokens
 
 TORCH_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 # Kernels that compute in another dtype than the model's. gptqmodel's CPU AWQ kernel casts activations and scales
@@ -40,6 +39,10 @@ KERNEL_ACTIVATION_DTYPE = {"gptqmodel.TorchAtenAwqLinear": "bfloat16"}
 
 
 class HFBackend(ChatBackend):
+    @classmethod
+    def load(cls, request: LoadRequest) -> HFBackend:
+        return cls(request.weights, request.precision, adapter=request.adapter, batch_size=request.batch_size)
+
     name = "hf"
 
     def __init__(

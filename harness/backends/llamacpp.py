@@ -14,7 +14,7 @@ llama.cpp's server (``-fa auto``) and harness.serve run it on a CPU.
 
 Tokens and text go through the same Hugging Face tokenizer and chat template as the transformers path
 (converted from this GGUF, so the ids are llama.cpp's own); the stop is the run's answer mode's
-(harness/answers.py). Sampling is per problem (seeded by problem index), so it does not depend on batching.
+(harness/questions/answers.py). Sampling is per problem (seeded by problem index), so it does not depend on batching.
 """
 
 from __future__ import annotations
@@ -25,13 +25,13 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from harness.answers import FIRST_LINE, AnswerMode, finishing_tokens
-from harness.backends import ChatBackend, Generation, Sampling, feedable_prefix
+from harness.backends import ChatBackend, Generation, LoadRequest, Sampling, feedable_prefix
 from harness.backends.sampling import gumbel_choice, warped_candidates
-from harness.errors import UserError
-from harness.gguf import import_llama_cpp
+from harness.core.errors import UserError
+from harness.core.quiet import silence_llama_cpp
 from harness.models import PrecisionSpec
-from harness.quiet import silence_llama_cpp
+from harness.models.gguf import import_llama_cpp
+from harness.questions.answers import FIRST_LINE, AnswerMode, finishing_tokens
 
 MAX_ROWS = 128  # sequences per batch (llama.cpp allows 256 in all, and sequence 0 holds the prefix)
 
@@ -41,6 +41,12 @@ def default_threads() -> int:
 
 
 class LlamaCppBackend(ChatBackend):
+    @classmethod
+    def load(cls, request: LoadRequest) -> LlamaCppBackend:
+        if request.adapter:
+            raise UserError("--adapter is not supported with GGUF precisions; evaluate adapters with --backend hf")
+        return cls(request.weights, request.precision, batch_size=request.batch_size)
+
     name = "llamacpp"
 
     def __init__(self, gguf_path: str, precision: PrecisionSpec, batch_size: int = 16, threads: int | None = None):

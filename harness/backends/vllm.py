@@ -26,12 +26,12 @@ import sys
 import threading
 from pathlib import Path
 
-from harness.answers import AnswerMode, stop_length
-from harness.backends import ChatBackend, Generation, Sampling
-from harness.errors import UserError
+from harness.backends import ChatBackend, Generation, LoadRequest, Sampling
+from harness.core.errors import UserError
+from harness.core.quiet import verbose
 from harness.models import PrecisionSpec
-from harness.quiet import verbose
-from harness.weights import has_cuda
+from harness.models.weights import has_cuda
+from harness.questions.answers import AnswerMode, stop_length
 
 VLLM_ENV = Path(__file__).resolve().parents[2] / ".venv-vllm"
 ENGINE = Path(__file__).with_name("vllm_engine.py")
@@ -150,6 +150,17 @@ def server_command(weights: str, name: str, precision: PrecisionSpec, host: str,
 
 
 class VLLMBackend(ChatBackend):
+    @classmethod
+    def load(cls, request: LoadRequest) -> VLLMBackend:
+        return cls(
+            request.weights,
+            request.precision,
+            adapter=request.adapter,
+            tensor_parallel_size=request.tensor_parallel_size,
+            batch_size=request.batch_size,
+            batch_invariant=request.batch_invariant,
+        )
+
     name = "vllm"
 
     def __init__(

@@ -15,11 +15,11 @@ from __future__ import annotations
 
 from typing import Protocol
 
+from harness.questions.thinking import split_thinking, unwrapped
 from harness.scoring.free import read_free
 from harness.scoring.line import clean, read_line
 from harness.scoring.numerals import is_correct, is_numeral, read_numeral
 from harness.scoring.question import Question
-from harness.scoring.thinking import split_thinking, unwrapped
 from harness.scoring.verdicts import CONFLICT, RULES, TRUNCATED, Extraction, Refusal, refused
 
 __all__ = ["CONFLICT", "RULES", "TRUNCATED", "Extraction", "Question", "Refusal", "extract", "is_correct"]
@@ -27,7 +27,8 @@ __all__ += ["is_numeral", "judge", "read_numeral"]
 
 
 class AnswerReading(Protocol):
-    """What of an answer mode (harness/answers.py) the scorer uses: where its answer text is, and whether it is
+    """What of an answer mode (harness/questions/answers.py) the scorer uses: where its answer text is, and whether it
+    is
     read as free form."""
 
     free_form: bool

@@ -20,13 +20,13 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from harness.questions.thinking import unwrapped
 from harness.scoring.equations import clause_end, partial_sums
 from harness.scoring.line import clean, read_line
 from harness.scoring.numerals import MARKUP, normal, read_numeral
 from harness.scoring.phrases import CONFIRMATION, CORRECTED, CORRECTION, FINAL_PHRASE, is_label
 from harness.scoring.question import Question
 from harness.scoring.structured import json_objects
-from harness.scoring.thinking import unwrapped
 from harness.scoring.verdicts import Extraction, Refusal, refused
 
 _DECIMAL_NUMBER = re.compile(r"\d")

@@ -28,7 +28,7 @@ from __future__ import annotations
 import re
 from functools import cache
 
-from harness.problems import DIGITS
+from harness.questions.problems import DIGITS
 from harness.scoring.verdicts import Extraction, Refusal, refused, unpaired, written_in
 
 SUBSCRIPT_DIGITS = str.maketrans("₀₁₂₃₄₅₆₇₈₉", "0123456789")

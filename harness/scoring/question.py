@@ -17,7 +17,7 @@ import re
 from dataclasses import dataclass
 from functools import cache, lru_cache
 
-from harness.prompts import filled_template
+from harness.questions.prompts import filled_template
 from harness.scoring.numerals import MARKUP, digit_chars, normal, numeral_pattern
 
 _DECIMAL_NUMBER = re.compile(r"\d")

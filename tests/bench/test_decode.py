@@ -6,8 +6,8 @@ from bench.decode import bench_decode, copy_rate, decode_markdown, random_llama
 from harness.backends import Sampling
 from harness.backends.hf import HFBackend
 from harness.models import get_model, get_precision
-from harness.problems import Task, generate
-from harness.prompts import user_message
+from harness.questions.problems import Task, generate
+from harness.questions.prompts import user_message
 
 
 def test_a_model_built_in_memory_generates_what_the_same_weights_loaded_from_disk_do(tmp_path):

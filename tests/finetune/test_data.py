@@ -5,7 +5,7 @@ from collections import Counter
 import pytest
 
 from finetune.data import PAPER_COUNTS, build, sample_counts
-from harness.problems import Task, generate
+from harness.questions.problems import Task, generate
 
 
 def test_paper_counts():

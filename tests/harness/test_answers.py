@@ -1,15 +1,16 @@
-"""Every in-process backend stops where the run's answer mode says (harness/answers.py): the paper's first line, and
-a mode of the tests' own that stops at the first word, on the real embedded model through transformers and llama.cpp.
+"""Every in-process backend stops where the run's answer mode says (harness/questions/answers.py): the paper's first
+line, and a mode of the tests' own that stops at the first word, on the real embedded model through transformers and
+llama.cpp.
 (The served backend's turn is in tests/harness/test_api.py.)"""
 
 import pytest
 
-from harness.answers import FIRST_LINE
 from harness.backends import Sampling
 from harness.models import get_model, get_precision
-from harness.problems import Task, generate
-from harness.prompts import user_message
-from harness.weights import variant_weights
+from harness.models.weights import variant_weights
+from harness.questions.answers import FIRST_LINE
+from harness.questions.problems import Task, generate
+from harness.questions.prompts import user_message
 from tests.answer_modes import FIRST_WORD, stopped_at_first_word
 
 PROBLEMS = generate(Task("add"), 10, 2, 6, seed=0) + generate(Task("mul"), 10, 1, 4, seed=0)

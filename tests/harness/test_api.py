@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from harness.backends.api import entry_digest
-from harness.cli import run
+from harness.core.cli import run
 from harness.diff import by_problem, same_output
 from harness.eval import main
 from harness.serve import wait_until_serving
@@ -408,14 +408,14 @@ def test_the_server_stops_where_the_answer_mode_says(server):
     first word) and keeps what the in-process llama.cpp backend keeps of the same GGUF up to that stop."""
     from transformers import AutoTokenizer
 
-    from harness.answers import FIRST_LINE
     from harness.backends import Sampling
     from harness.backends.api import APIBackend, Endpoint
     from harness.backends.llamacpp import LlamaCppBackend
     from harness.models import get_model, get_precision
-    from harness.problems import Task, generate
-    from harness.prompts import user_message
-    from harness.weights import variant_weights
+    from harness.models.weights import variant_weights
+    from harness.questions.answers import FIRST_LINE
+    from harness.questions.problems import Task, generate
+    from harness.questions.prompts import user_message
     from tests.answer_modes import FIRST_WORD
 
     model = get_model("smollm2")

@@ -11,14 +11,13 @@ import shutil
 import pytest
 import torch
 
-from harness import awq_kernels
 from harness.backends import Sampling
 from harness.backends.hf import HFBackend
-from harness.errors import UserError
-from harness.models import get_model, get_precision
-from harness.problems import Task, generate
-from harness.prompts import user_message
-from harness.weights import default_tokenizer_dir
+from harness.core.errors import UserError
+from harness.models import awq_kernels, get_model, get_precision
+from harness.models.weights import default_tokenizer_dir
+from harness.questions.problems import Task, generate
+from harness.questions.prompts import user_message
 from tests.devices import HAS_CUDA
 from tests.tiny import linear_bytes_per_weight
 
@@ -44,7 +43,7 @@ def tiny_autoawq(tmp_path_factory):
     from safetensors.torch import save_file
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from harness.autoawq import to_autoawq
+    from harness.models.autoawq import to_autoawq
 
     root = tmp_path_factory.mktemp("tiny-awq")
     tokenizer_dir = default_tokenizer_dir()
@@ -185,7 +184,7 @@ def test_harness_quantize_awq_writes_a_checkpoint_harness_eval_runs(awq_checkpoi
 def test_the_llama_int4_preset_loads_an_autoawq_checkpoint(awq_checkpoint):
     """The preset's own objects, end to end: its registry entry and precision resolve the weights (given with
     --model-path) and the backend loads and generates; only the GPU requirement of the 8B preset is not asked."""
-    from harness.weights import variant_weights
+    from harness.models.weights import variant_weights
 
     preset = get_model("llama-int4")
     precision = get_precision(preset, preset.default_precision)

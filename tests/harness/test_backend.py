@@ -3,10 +3,10 @@
 import pytest
 import torch
 
-from harness.answers import FIRST_LINE
 from harness.backends import Sampling
-from harness.problems import Task, generate
-from harness.prompts import user_message
+from harness.questions.answers import FIRST_LINE
+from harness.questions.problems import Task, generate
+from harness.questions.prompts import user_message
 from tests.devices import HAS_CUDA
 
 GREEDY = Sampling.named("greedy")
@@ -247,9 +247,9 @@ def test_the_static_path_reads_the_device_once_every_k_steps(tiny_llama):
     """The GPU decode loop keeps chosen tokens, positions and masks on the device and reads the tokens of k steps
     at once: counted here as the reads two budgets cost beyond each other (setup and prefill cancel), at most one per
     k steps, with the answers of the path where rows leave the batch. The operators of a step are counted too."""
-    from harness.answers import FreeForm
     from harness.backends.hf import HFBackend
     from harness.models import get_model, get_precision
+    from harness.questions.answers import FreeForm
 
     backend = HFBackend(str(tiny_llama), get_precision(get_model("smollm2"), "fp32"), batch_size=4)
     _, prompts = prompts_for(backend, Task("add"), 2, 4, seed=7)

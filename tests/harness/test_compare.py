@@ -5,7 +5,7 @@ from dataclasses import replace
 
 import pytest
 
-from harness.compare import (
+from harness.runs.compare import (
     compare,
     holm_adjusted,
     mcnemar_exact,
@@ -113,8 +113,8 @@ def test_holm_adjusts_each_baselines_family_step_down():
 def test_summary_tables_come_from_counts_not_from_rounded_values(tmp_path):
     """8 of 9 right: the interval's low end is 0.5650003, which results.csv keeps as 0.5650; printed again at two
     decimals that reads 0.56, from the count 0.57. A row read back from results.csv is printed from its counts."""
-    from harness.report import summary_markdown
-    from harness.results import read_results, results_csv_text
+    from harness.reports.summary import summary_markdown
+    from harness.runs.results import read_results, results_csv_text
     from tests.harness.test_results import _row
 
     low, high = wilson_interval(8, 9)

@@ -2,8 +2,8 @@
 
 import pytest
 
-from harness.config import build_spec, load_config
-from harness.errors import UserError
+from harness.core.errors import UserError
+from harness.runs.config import build_spec, load_config
 
 
 def spec_of(name, **overrides):

@@ -10,7 +10,7 @@ import time
 
 import matplotlib.image
 
-from harness.results import COLUMNS
+from harness.runs.results import COLUMNS
 from harness.scoring import RULES
 from tests.console import assert_numprec_console
 from tests.devices import HAS_CUDA

@@ -10,8 +10,8 @@ import re
 import pytest
 
 from harness.backends.scripted import ScriptedBackend
-from harness.config import build_spec, load_config
 from harness.eval import evaluate
+from harness.runs.config import build_spec, load_config
 
 
 def gold(expression: str) -> int:
@@ -184,9 +184,9 @@ def test_the_thinking_switch_sets_the_templates_enable_thinking_and_is_refused_w
     from transformers import AutoTokenizer
 
     from harness.backends import ChatBackend
-    from harness.errors import UserError
+    from harness.core.errors import UserError
     from harness.models import get_model
-    from harness.weights import resolve_weights
+    from harness.models.weights import resolve_weights
 
     backend = ChatBackend()
     backend.tokenizer = AutoTokenizer.from_pretrained(resolve_weights(get_model("smollm2")))

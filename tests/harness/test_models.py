@@ -7,11 +7,11 @@ import pytest
 
 from harness.backends import Sampling
 from harness.backends.hf import HFBackend
-from harness.errors import UserError
+from harness.core.errors import UserError
 from harness.models import get_model, get_precision, model_registry, precision_registry
-from harness.problems import Task, generate
-from harness.prompts import user_message
-from harness.weights import resolve_weights
+from harness.models.weights import resolve_weights
+from harness.questions.problems import Task, generate
+from harness.questions.prompts import user_message
 
 
 def test_every_preset_names_known_precisions():

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.results import COLUMNS
+from harness.runs.results import COLUMNS
 
 from .helpers import ROOT, command_env, free_port, run_module
 

@@ -5,8 +5,8 @@ import csv
 import json
 
 from harness.backends.scripted import ScriptedBackend
-from harness.config import build_spec, load_config
 from harness.eval import evaluate
+from harness.runs.config import build_spec, load_config
 
 
 def gold(expression: str) -> int:

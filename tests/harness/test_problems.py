@@ -7,8 +7,8 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from harness.errors import UserError
-from harness.problems import DIGITS, Task, generate, load_dataset, parse_task, to_base
+from harness.core.errors import UserError
+from harness.questions.problems import DIGITS, Task, generate, load_dataset, parse_task, to_base
 
 from .helpers import run_module
 

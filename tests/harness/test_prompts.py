@@ -4,8 +4,8 @@ import re
 
 import pytest
 
-from harness.problems import generate, parse_task
-from harness.prompts import filled_template, prompt_deviations, template, user_message
+from harness.questions.problems import generate, parse_task
+from harness.questions.prompts import filled_template, prompt_deviations, template, user_message
 
 EXAMPLE = re.compile(r"^([0-9a-z]+(?:\s*[+*]\s*[0-9a-z]+)+)\s*=\s*([0-9a-z]+)$")
 

@@ -9,11 +9,11 @@ import torch
 
 from harness.backends import Sampling
 from harness.backends.vllm import VLLM_ENV
-from harness.machine import cpu_bf16_instructions
+from harness.core.machine import cpu_bf16_instructions
 from harness.models import get_model, get_precision
-from harness.problems import Task, generate
-from harness.prompts import user_message
-from harness.weights import variant_weights
+from harness.models.weights import variant_weights
+from harness.questions.problems import Task, generate
+from harness.questions.prompts import user_message
 from tests.needs import require
 
 from .helpers import ROOT, assert_user_error, needs_quantize_env, run_module

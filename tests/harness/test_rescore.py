@@ -5,11 +5,11 @@ from dataclasses import replace
 
 import pytest
 
-from harness.cli import run
-from harness.problems import Task, generate
+from harness.core.cli import run
+from harness.questions.problems import Task, generate
 from harness.rescore import main
-from harness.results import read_results
-from harness.rundir import RunDir
+from harness.runs.results import read_results
+from harness.runs.rundir import RunDir
 
 from .test_results import IDENTITY, _row
 
@@ -146,8 +146,8 @@ def test_a_5000_digit_answer_is_scored_in_eval_and_rescore(tmp_path, capsys):
     """A degenerate output of digits past Python's int-string limit (4,300) once ended harness.eval and rescore at
     that cell with a traceback; it is a wrong answer like any other."""
     from harness.backends.scripted import ScriptedBackend
-    from harness.config import build_spec, load_config
     from harness.eval import evaluate
+    from harness.runs.config import build_spec, load_config
 
     name, config = load_config("quick")
     out = tmp_path / "run"

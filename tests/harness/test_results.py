@@ -7,12 +7,12 @@ import subprocess
 
 import pytest
 
-from harness.compare import wilson_interval
-from harness.errors import UserError
-from harness.evidence import sample_digest
-from harness.problems import Task, generate
-from harness.results import CellResult
-from harness.rundir import RunDir
+from harness.core.errors import UserError
+from harness.questions.problems import Task, generate
+from harness.runs.compare import wilson_interval
+from harness.runs.evidence import sample_digest
+from harness.runs.results import CellResult
+from harness.runs.rundir import RunDir
 
 from .helpers import ROOT, assert_user_error, run_module
 
@@ -45,7 +45,7 @@ def test_two_runs_started_together_one_runs_one_is_refused_and_nothing_is_lost(t
     import sys
     import time
 
-    from harness.results import read_results
+    from harness.runs.results import read_results
 
     from .helpers import command_env
 
@@ -354,8 +354,8 @@ def test_a_slow_int4_series_on_a_gpu_is_flagged_check_the_kernel():
     run, given a GPU machine and the rates a wrong and a right kernel give)."""
     from dataclasses import replace
 
-    from harness.report import summary_markdown
-    from harness.results import read_results
+    from harness.reports.summary import summary_markdown
+    from harness.runs.results import read_results
     from tests.harness.helpers import ROOT
 
     rows, _ = read_results(ROOT / "reports" / "quantization-cpu" / "results.csv")

@@ -7,9 +7,9 @@ from __future__ import annotations
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from harness.answers import FreeForm
 from harness.backends import Sampling
-from harness.problems import Task
+from harness.questions.answers import FreeForm
+from harness.questions.problems import Task
 from tests.harness.test_backend import prompts_for
 
 GREEDY = Sampling.named("greedy")

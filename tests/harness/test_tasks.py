@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from harness.answers import FIRST_LINE
 from harness.models import get_model
-from harness.weights import resolve_weights
+from harness.models.weights import resolve_weights
+from harness.questions.answers import FIRST_LINE
 from tests.harness.helpers import ROOT, command_env, run_module
 
 pytestmark = pytest.mark.slow

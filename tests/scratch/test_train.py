@@ -6,11 +6,12 @@ from dataclasses import replace
 import pytest
 import torch
 
+from scratch.config import RunConfig
 from scratch.data import Problems
 from scratch.model import GPT, GPTConfig
 from scratch.numerics import FloatFormat, Rounding
 from scratch.pack import Pack
-from scratch.train import RunConfig, pack_batch, run, run_pack
+from scratch.training import pack_batch, run, run_pack
 
 LEARNS = RunConfig(
     op="add",
@@ -263,7 +264,7 @@ def test_on_cuda_a_compiled_pack_follows_the_eager_runs(tmp_path):
 def test_a_resume_that_would_change_the_training_is_refused(change, tmp_path):
     """Asked again with another learning rate or attention kernel, a run would resume and write a summary as if the
     whole run had used them: refused in one line naming the setting; more steps only lengthen the run."""
-    from harness.errors import UserError
+    from harness.core.errors import UserError
 
     short = replace(SMALL, length=2, depth=1, steps=10, batch_size=16, eval_every=10, test_size=50, warmup_steps=2)
     run(short, tmp_path, log=lambda line: None)

@@ -8,8 +8,9 @@ import doctest
 import pytest
 
 import harness.scoring as scoring_package
-from harness.answers import FIRST_LINE, FreeForm
-from harness.scoring import docs, equations, extract, line, numerals, phrases, question, structured, thinking
+from harness.questions import thinking
+from harness.questions.answers import FIRST_LINE, FreeForm
+from harness.scoring import docs, equations, extract, line, numerals, phrases, question, structured
 from harness.scoring.readers import BOTH, FIRST, FREE, examples
 
 MODES = {FIRST: (FIRST_LINE,), FREE: (FreeForm(512),), BOTH: (FIRST_LINE, FreeForm(512))}

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.answers import FIRST_LINE, FreeForm, answer_mode
+from harness.questions.answers import FIRST_LINE, FreeForm, answer_mode
 from harness.scoring import CONFLICT, RULES, TRUNCATED, Question, Refusal, extract, is_correct, judge
 
 DATA = Path(__file__).parents[1] / "data"

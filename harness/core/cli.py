@@ -1,0 +1,178 @@
+"""The door every command shares: each setting is checked here, before any model loads or file is written, and a
+user mistake becomes one line on stderr and exit status 2 (``run``).
+
+Flags are parsed by ``ArgParser``; numeric ones take their type from a ``Bound`` (harness/core/bounds.py). Lists refuse
+duplicates; paths must be UTF-8; an output path must be writable.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, NoReturn
+
+from harness.core.bounds import parse_int_list, unique
+from harness.core.errors import UserError
+
+
+class ArgParser(argparse.ArgumentParser):
+    """argparse, but a bad flag is a UserError (one line) instead of usage text plus an error line, and an
+    abbreviated flag is refused: ``--sam 5`` must not silently mean ``--samples`` (or later, another flag)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, allow_abbrev=False, **kwargs)
+        # Read before the command's imports by harness/core/quiet.py; here so that every command takes it.
+        self.add_argument(
+            "--verbose", action="store_true", help="show other libraries' warnings and log lines (or NUMPREC_VERBOSE=1)"
+        )
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise UserError(f"{self.prog}: {message} (see {self.prog} --help)")
+
+    def parse_args(self, args: Sequence[str] | None = None, namespace: Any = None) -> Any:  # type: ignore[override]
+        # Said before argparse's own checks, which would report a missing required flag instead.
+        flags = {option for action in self._actions for option in action.option_strings}
+        for arg in sys.argv[1:] if args is None else args:
+            name = arg.split("=", 1)[0]
+            if name.startswith("--") and name not in flags:
+                meant = sorted(flag for flag in flags if flag.startswith(name))
+                if meant:
+                    raise UserError(f"{self.prog}: {name} is not a flag; write it in full: {' or '.join(meant)}")
+        return super().parse_args(args, namespace)
+
+
+def run(main: Callable[[Sequence[str] | None], int | None], argv: Sequence[str] | None = None) -> None:
+    """Run a command's main(); turn UserError into exit 2 and Ctrl-C into exit 130, both without traceback."""
+    import signal
+    import threading
+
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, signal.default_int_handler)  # from here on Ctrl-C unwinds (finally blocks run)
+    try:
+        code = main(argv)
+    except UserError as err:
+        print("error: " + " ".join(str(err).split("\n")), file=sys.stderr)
+        sys.exit(2)
+    except KeyboardInterrupt:
+        _interrupted(cleanly=True)
+    except BrokenPipeError:
+        # the reader went away (``... | head``): what it read is all it wanted; nothing more to say
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        sys.exit(0)
+    except Exception as err:
+        # Ctrl-C inside a C extension's first import (matplotlib while the first report is drawn) surfaces as the
+        # ImportError it caused; the interpreter may then abort while shutting down, so it ends at once.
+        if not _caused_by_interrupt(err):
+            raise
+        _interrupted(cleanly=False)
+    sys.exit(code or 0)
+
+
+def _caused_by_interrupt(err: BaseException) -> bool:
+    seen: set[int] = set()
+    while err is not None and id(err) not in seen:
+        if isinstance(err, KeyboardInterrupt):
+            return True
+        seen.add(id(err))
+        err = err.__cause__ or err.__context__
+    return False
+
+
+def _interrupted(cleanly: bool) -> NoReturn:
+    print("interrupted: finished work is saved; rerun the same command to resume", file=sys.stderr)
+    if not cleanly:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(130)
+    sys.exit(130)
+
+
+def command_line(module: str, argv: Sequence[str] | None) -> str:
+    """How a command was invoked, for run records and lock notes: ``python -m MODULE ARGS``."""
+    import shlex
+
+    return f"python -m {module} " + shlex.join(sys.argv[1:] if argv is None else list(argv))
+
+
+def int_list(text: str) -> list[int]:
+    """argparse type: '1,2,5-7' -> [1, 2, 5, 6, 7], each once."""
+    try:
+        return parse_int_list(text)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+
+
+def name_list(text: str) -> list[str]:
+    """argparse type: 'a,b' -> ['a', 'b'], each once."""
+    names = [part.strip() for part in text.split(",") if part.strip()]
+    if not names:
+        raise argparse.ArgumentTypeError(f"'{text}' names nothing; give a comma-separated list")
+    return unique(names, f"'{text}'", error=argparse.ArgumentTypeError)
+
+
+def utf8(text: str) -> str:
+    """argparse type for a path or name: refuse bytes that are not UTF-8 (they could not be written into the
+    run's UTF-8 records, and the run would fail after the work)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        shown = text.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+        raise argparse.ArgumentTypeError(f"'{shown}' is not valid UTF-8; rename it") from None
+    return text
+
+
+def input_path(text: str) -> Path:
+    """argparse type: an existing file or directory."""
+    path = Path(utf8(text))
+    try:
+        if not path.exists():
+            raise argparse.ArgumentTypeError(f"{path} does not exist")
+    except OSError as err:  # a directory on the way that this user cannot look into
+        raise argparse.ArgumentTypeError(f"cannot look at {path}: {err.strerror}") from None
+    return path
+
+
+def _output_path(text: str) -> Path:
+    """An output path's text: not empty (Path("") would be the current directory), and within what the file
+    system takes (a component of at most 255 bytes, the whole at most 4,096)."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("an empty path; give a directory name (e.g. runs/mine)")
+    path = Path(utf8(text))
+    longest = max((len(part.encode("utf-8")) for part in path.parts), default=0)
+    if longest > 255 or len(text.encode("utf-8")) > 4096:
+        raise argparse.ArgumentTypeError(
+            f"'{text[:40]}...' is too long for the file system (at most 255 bytes a name, 4,096 in all)"
+        )
+    return path
+
+
+def output_dir(text: str) -> Path:
+    """argparse type: a directory this process can create or write into (checked now, created later)."""
+    path = _output_path(text)
+    if path.exists() and not path.is_dir():
+        raise argparse.ArgumentTypeError(f"{path} is a file, not a directory; choose another path")
+    _check_writable(path)
+    return path
+
+
+def output_file(text: str) -> Path:
+    """argparse type: a file this process can create or replace."""
+    path = _output_path(text)
+    if path.is_dir():
+        raise argparse.ArgumentTypeError(f"{path} is a directory; give a file name inside it")
+    _check_writable(path.parent if path.parent != Path("") else Path("."))
+    return path
+
+
+def _check_writable(path: Path) -> None:
+    """The path itself if it exists, else its nearest existing ancestor, must be a writable directory."""
+    existing = path.absolute()
+    while not existing.exists():
+        existing = existing.parent
+    if not existing.is_dir():
+        raise argparse.ArgumentTypeError(f"cannot create {path}: {existing} is a file")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise argparse.ArgumentTypeError(f"cannot write into {existing} (permission denied); choose another path")

