@@ -1,36 +1,48 @@
-"""Numbers the docs quote from the committed reports, read back from them.
+"""Numbers the docs quote from the committed reports and bench results, read back from them.
 
-A quoted number is followed by a marker that says where it comes from, invisible where the page is rendered:
+A quoted number is a reference-style link, readable raw and a link where the page is rendered: the number is the
+link's text and its definition, at the page's end, names the report file and, in its title, the rows and the value::
 
-    0.975<!--= quick-greedy-n40-seed0 | series=smollm2-arith fp32 & task=add & length=2 | accuracy -->
+    fp32 answers [0.975][q2] of 2-digit additions
+    ...
+    [q2]: ../reports/quick-greedy-n40-seed0/results.csv "series=smollm2-arith fp32 & task=add & length=2 | accuracy"
 
-the report (a directory under reports/, with ``/FILE`` for another CSV than results.csv), the rows (``column=value``
-joined by ``&``: a value is a glob, or several separated by ``,``; ``series`` is a results row's "model precision
-[+adapter]" as harness names a series, ``task`` its label: add, iter_add:3, mul) and the value: a column of the one row
-left, ``sum:COLUMN``, ``mean:COLUMN``, ``min:COLUMN``, ``max:COLUMN``, ``count``, or ``pooled`` (the rows' correct over
-their n). The quoted text must be the value as written: rounded to the digits it shows (``0.975``, ``8e-5``, ``42.5%``).
-A number the text gives rather than quotes (a threshold, a target) is marked ``<!--= given -->``.
+A CSV's rows are chosen by ``column=value`` conditions joined by ``&`` (a value is a glob, or several separated by
+``,``; ``series`` is a results row's "model precision [+adapter]" as harness names a series, ``task`` its label: add,
+iter_add:3, mul) and the value is a column of the one row left, ``sum:COLUMN``, ``mean:COLUMN``, ``min:COLUMN``,
+``max:COLUMN``, ``count``, or ``pooled`` (the rows' correct over their n). A JSON file's value is a dotted path
+(``eval.vllm.seconds``; a list's items by index). The quoted text must be the value as written: rounded to the digits
+it shows (``0.975``, ``8e-5``, ``42.5%``), an integer exactly. A number the text gives rather than quotes (a threshold,
+a target) links ``[given]``.
+
+Besides each value: every definition is quoted, and the definitions are numbered in the order the page first quotes
+them, so a number whose link was removed, or two figures swapped with their links, are caught as well. Tables of a
+report's figures are generated whole between ``<!-- generated: KIND REPORT -->`` and ``<!-- /generated -->``
+(``generated_tables``; ``python -m tests.quoted --write PAGE`` writes them).
 """
 
 from __future__ import annotations
 
 import csv
 import fnmatch
+import json
 import re
+import sys
 from functools import cache
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-MARKED = re.compile(
-    r"(?P<number>(?:(?<![\w.>])[-−+])?\d[\d,]*(?:\.\d+)?(?:e[-−]?\d+)?%?)(?P<marker><!--=\s*(?P<key>.*?)\s*-->)"
-)
+NUMBER = r"[-−+]?\d[\d,]*(?:\.\d+)?(?:e[-−]?\d+)?%?"
+QUOTE = re.compile(rf"\[(?P<number>{NUMBER})\]\[(?P<id>q\d+|given)\]")
+DEFINITION = re.compile(r'^\[(?P<id>q\d+|given)\]: (?P<path>\S+)(?: "(?P<key>[^"]*)")?\s*$', re.M)
 # A number a reader takes for a measured value: a decimal, a percentage, a power of ten.
 DECIMAL = re.compile(r"(?<![\w.])[-−]?\d+(?:\.\d+(?:e[-−]?\d+)?|e[-−]\d+|(?:\.\d+)?%)(?![\w.])")
+GENERATED = re.compile(r"<!-- generated: (?P<kind>\w+) (?P<report>[\w.-]+) -->\n.*?<!-- /generated -->", re.S)
 
 
 @cache
-def rows_of(report: str, file: str) -> list[dict]:
-    with open(ROOT / "reports" / report / file, newline="", encoding="utf-8") as handle:
+def rows_of(path: Path) -> list[dict]:
+    with open(path, newline="", encoding="utf-8") as handle:
         rows = list(csv.DictReader(handle))
     for row in rows:
         if "model" in row and "precision" in row:
@@ -41,14 +53,9 @@ def rows_of(report: str, file: str) -> list[dict]:
     return rows
 
 
-def value_of(key: str) -> float:
-    """The value a marker's key names (see the module docstring); a key that names no value raises ValueError."""
-    parts = [part.strip() for part in key.split("|")]
-    if len(parts) != 3:
-        raise ValueError(f"{key!r}: REPORT[/FILE] | FILTERS | FIELD")
-    where, filters, field = parts
-    report, _, file = where.partition("/")
-    rows = rows_of(report, file or "results.csv")
+def csv_value(path: Path, key: str) -> float:
+    filters, _, field = (part.strip() for part in key.rpartition("|"))
+    rows = rows_of(path)
     for condition in filter(None, (part.strip() for part in filters.split("&"))):
         column, _, wanted = (piece.strip() for piece in condition.partition("="))
         patterns = [pattern.strip() for pattern in wanted.split(",")]
@@ -68,6 +75,31 @@ def value_of(key: str) -> float:
     return {"sum": sum, "min": min, "max": max, "mean": lambda found: sum(found) / len(found)}[operation](values)
 
 
+def json_value(path: Path, key: str) -> float:
+    """A dotted path's value; ``*`` takes every item of a list, and ``min:``, ``max:`` or ``mean:`` before the path
+    reduce what it finds (``max:train.rows.*.data_share``)."""
+    operation, _, dotted = key.rpartition(":")
+    found = [json.loads(path.read_text(encoding="utf-8"))]
+    for step in dotted.split("."):
+        if step == "*":
+            found = [item for value in found for item in value]
+        else:
+            found = [value[int(step)] if isinstance(value, list) else value[step] for value in found]
+    values = [float(value) for value in found]
+    if not operation:
+        if len(values) != 1:
+            raise ValueError(f"{key!r} finds {len(values)} values, not one")
+        return values[0]
+    return {"min": min, "max": max, "mean": lambda v: sum(v) / len(v)}[operation](values)
+
+
+def value_of(path: Path, key: str) -> float:
+    """The value a definition names (see the module docstring); one that names no value raises ValueError."""
+    if path.suffix == ".json":
+        return json_value(path, key)
+    return csv_value(path, key)
+
+
 def agrees(quoted: str, value: float) -> bool:
     """Whether ``quoted`` is ``value`` written to the digits it shows."""
     text = quoted.replace(",", "").replace("−", "-").lstrip("+")
@@ -81,23 +113,82 @@ def agrees(quoted: str, value: float) -> bool:
     return abs(value - float(text)) <= 0.5 * 10**-decimals + 1e-9
 
 
-def check(text: str) -> list[str]:
-    """Every marked number of ``text`` against its report: what disagrees, in words (nothing when all agree)."""
+def definitions(text: str) -> dict[str, tuple[str, str]]:
+    return {m["id"]: (m["path"], m["key"] or "") for m in DEFINITION.finditer(text)}
+
+
+def check(text: str, page: Path = ROOT / "docs" / "results.md") -> list[str]:
+    """Every quoted number of ``text`` (a page at ``page``) against its definition's report, every definition quoted,
+    in order: what disagrees, in words (nothing when all agree)."""
+    defined = definitions(text)
     problems = []
-    for match in MARKED.finditer(text):
-        if match["key"] == "given":
+    first_quoted: list[str] = []
+    for match in QUOTE.finditer(text):
+        name = match["id"]
+        if name not in first_quoted:
+            first_quoted.append(name)
+        if name == "given":
             continue
+        if name not in defined:
+            problems.append(f"[{match['number']}][{name}]: no definition of [{name}]")
+            continue
+        path, key = defined[name]
         try:
-            value = value_of(match["key"])
-        except (ValueError, KeyError, OSError) as err:
-            problems.append(f"{match['number']} <!--= {match['key']} -->: {err}")
+            value = value_of((page.parent / path).resolve(), key)
+        except (ValueError, KeyError, IndexError, OSError) as err:
+            problems.append(f"[{match['number']}][{name}] ({path} {key}): {err}")
             continue
         if not agrees(match["number"], value):
-            problems.append(f"{match['number']} quoted, the report says {value:g} ({match['key']})")
+            problems.append(f"{match['number']} quoted as [{name}], {path} says {value:g} ({key})")
+    numbered = [name for name in defined if name != "given"]
+    unquoted = [name for name in numbered if name not in first_quoted]
+    problems += [f"[{name}] is defined but no number quotes it" for name in unquoted]
+    order = [name for name in first_quoted if name != "given"]
+    if order != sorted(order, key=lambda name: int(name[1:])):
+        problems.append(f"quotes out of their definitions' order (figures swapped?): {' '.join(order)}")
     return problems
 
 
 def unmarked(text: str) -> list[str]:
-    """The decimals, percentages and powers of ten of ``text`` that carry no marker (outside code)."""
-    prose = re.sub(r"`[^`]*`", "", MARKED.sub("", re.sub(r"```.*?```", "", text, flags=re.S)))
-    return DECIMAL.findall(re.sub(r"<!--.*?-->", "", prose, flags=re.S))
+    """The decimals, percentages and powers of ten of ``text`` that are no quote (outside code and definitions)."""
+    prose = re.sub(r"```.*?```", "", text, flags=re.S)
+    prose = GENERATED.sub("", DEFINITION.sub("", QUOTE.sub("", prose)))
+    prose = re.sub(r"`[^`]*`", "", re.sub(r"<!--.*?-->", "", prose, flags=re.S))
+    return DECIMAL.findall(prose)
+
+
+def accuracy_table(report: str) -> list[str]:
+    """A report's accuracy per series and cell (task, length), as its results.csv holds it (pooled over seeds)."""
+    rows = rows_of(ROOT / "reports" / report / "results.csv")
+    series = list(dict.fromkeys(row["series"] for row in rows))
+    cells = list(dict.fromkeys((row["task"], int(row["length"])) for row in rows))
+    lines = ["| series | " + " | ".join(f"{task} {length}" for task, length in cells) + " |"]
+    lines.append("|---|" + "---:|" * len(cells))
+    for name in series:
+        found = []
+        for task, length in cells:
+            mine = [r for r in rows if r["series"] == name and r["task"] == task and int(r["length"]) == length]
+            correct, n = sum(int(r["correct"]) for r in mine), sum(int(r["n"]) for r in mine)
+            found.append(f"{correct / n:.3f}" if n else "")
+        lines.append(f"| {name} | " + " | ".join(found) + " |")
+    return lines
+
+
+TABLES = {"accuracy": accuracy_table}
+
+
+def generated_tables(text: str) -> str:
+    """``text`` with every generated table made again from its report."""
+
+    def make(match: re.Match) -> str:
+        body = TABLES[match["kind"]](match["report"])
+        return "\n".join([f"<!-- generated: {match['kind']} {match['report']} -->", *body, "<!-- /generated -->"])
+
+    return GENERATED.sub(make, text)
+
+
+if __name__ == "__main__":  # python -m tests.quoted --write PAGE: the page's generated tables made again
+    if sys.argv[1:2] != ["--write"] or len(sys.argv) != 3:
+        sys.exit("usage: python -m tests.quoted --write PAGE")
+    page = Path(sys.argv[2])
+    page.write_text(generated_tables(page.read_text(encoding="utf-8")), encoding="utf-8")

@@ -103,11 +103,11 @@ RESULTS_PAGES = {
 
 @pytest.mark.parametrize("page", [str(page.relative_to(ROOT)) for page in PAGES])
 def test_every_number_a_page_quotes_from_a_report_is_the_reports(page):
-    """A quoted number carries a marker naming the report, rows and column it comes from (tests/quoted.py); it must
-    be that value, as written."""
+    """A quoted number links the report file it comes from, the link's title naming the rows and the value
+    (tests/quoted.py); it must be that value, as written, and every link defined must be quoted, in order."""
     from tests.quoted import check
 
-    assert check((ROOT / page).read_text(encoding="utf-8")) == []
+    assert check((ROOT / page).read_text(encoding="utf-8"), ROOT / page) == []
 
 
 @pytest.mark.parametrize("page", list(RESULTS_PAGES))
@@ -117,18 +117,63 @@ def test_the_results_pages_quote_no_measured_number_without_its_report(page):
     assert unmarked(RESULTS_PAGES[page]((ROOT / page).read_text(encoding="utf-8"))) == []
 
 
-def test_the_check_finds_the_numbers_the_round_4_audit_found_wrong():
-    """Three of the figures the audit found wrong in docs/results.md before issue 42, quoted with their reports'
-    rows: refused; the reports' own figures pass."""
+@pytest.mark.parametrize("page", [str(page.relative_to(ROOT)) for page in PAGES])
+def test_the_generated_tables_are_the_reports(page):
+    """Tables between <!-- generated: KIND REPORT --> fences are made again from their reports: no difference."""
+    from tests.quoted import GENERATED, generated_tables
+
+    text = (ROOT / page).read_text(encoding="utf-8")
+    assert generated_tables(text) == text, f"python -m tests.quoted --write {page}"
+    if page == "docs/results.md":
+        assert len(GENERATED.findall(text)) == 3
+
+
+def test_the_check_catches_an_edited_integer_swapped_figures_and_a_removed_link():
+    """On docs/results.md itself: an integer changed, two figures swapped with their links, a link removed from its
+    number (the number left in the text) are each refused; the page as committed passes."""
+    from tests.quoted import QUOTE, check
+
+    page = ROOT / "docs" / "results.md"
+    text = page.read_text(encoding="utf-8")
+    assert check(text, page) == []
+    quotes = [m for m in QUOTE.finditer(text) if m["id"] != "given"]
+    once = [m for m in quotes if sum(q["id"] == m["id"] for q in quotes) == 1]
+    integer = next(m for m in once if m["number"].isdigit())
+    edited = text.replace(integer[0], f"[{int(integer['number']) + 1}][{integer['id']}]", 1)
+    assert any("quoted as" in problem for problem in check(edited, page))
+    first, second = quotes[:2]
+    assert first["number"] != second["number"]
+    swapped = text[: first.start()] + second[0] + text[first.end() : second.start()] + first[0] + text[second.end() :]
+    assert any("order" in problem for problem in check(swapped, page))
+    removed = text.replace(integer[0], integer["number"], 1)
+    assert (
+        any("no number quotes it" in problem for problem in check(removed, page))
+        or text.count(f"][{integer['id']}]") > 1
+    )
+
+
+def test_the_check_refuses_figures_that_differ_from_their_reports_and_passes_the_reports_own():
+    """Figures docs/results.md once quoted wrong (a rounded neighbour, a curve's minimum and maximum misread), linked to
+    their reports' rows: refused; the reports' own figures pass."""
     from tests.quoted import check
 
     def snapshots(sizes: range) -> str:
         return ",".join(f"smollm2 fp32 +samples-{size}" for size in sizes)
 
-    base = "embedded-quick-n200 | series=smollm2 fp32 & task=iter_add:3 & length=1 | accuracy"
-    mul = f"embedded-curve | series={snapshots(range(1600, 9601, 1600))} & task=mul & length=2 | min:accuracy"
-    add = f"embedded-curve | series={snapshots(range(12800, 22401, 1600))} & task=add & length=4,5 | {{}}:accuracy"
+    base = "embedded-quick-n200/results.csv | series=smollm2 fp32 & task=iter_add:3 & length=1 | accuracy"
+    curve = "embedded-curve/results.csv"
+    mul = f"{curve} | series={snapshots(range(1600, 9601, 1600))} & task=mul & length=2 | min:accuracy"
+    add = f"{curve} | series={snapshots(range(12800, 22401, 1600))} & task=add & length=4,5 | {{}}:accuracy"
     quoted = [("0.065", "0.060", base), ("0.10", "0.03", mul), ("0.70", "0.63", add.format("min"))]
     quoted.append(("0.73", "0.77", add.format("max")))
-    assert len(check(" ".join(f"{wrong}<!--= {key} -->" for wrong, _, key in quoted))) == 4
-    assert check(" ".join(f"{right}<!--= {key} -->" for _, right, key in quoted)) == []
+
+    def page(figures: list[str]) -> str:
+        lines = [" ".join(f"[{figure}][q{i + 1}]" for i, figure in enumerate(figures)), ""]
+        for i, (_, _, key) in enumerate(quoted):
+            where, _, rows = key.partition(" | ")
+            lines.append(f'[q{i + 1}]: ../reports/{where} "{rows}"')
+        return "\n".join(lines)
+
+    results = ROOT / "docs" / "results.md"
+    assert len(check(page([wrong for wrong, _, _ in quoted]), results)) == 4
+    assert check(page([right for _, right, _ in quoted]), results) == []
