@@ -274,6 +274,26 @@ def cell_prompts(backend, rows: int) -> list[str]:
     return [backend.chat_prompt(user_message(problem)) for problem in generate(Task("add"), 10, 2, rows, seed=0)]
 
 
+def cell_flops(model, prefix_tokens: int, suffix_tokens: int, rows: int) -> tuple[int, int]:
+    """Matmul FLOPs of a cell's prefill (every token through the body once, the prefix once for all rows, the head
+    for each row's last) and of one decode step (one token a row through the body and the head)."""
+    head = model.get_output_embeddings().weight
+    embedding = model.get_input_embeddings().weight
+    body = sum(p.numel() for p in model.parameters()) - head.numel() - (0 if head is embedding else embedding.numel())
+    prefill = 2 * body * (prefix_tokens + suffix_tokens) + 2 * head.numel() * rows
+    return prefill, 2 * (body + head.numel()) * rows
+
+
+def steps_by_read_every(backend, timed_call, prefill: float, budget: int) -> dict[int, float]:
+    """A decode step's seconds with the host reading the chosen tokens every 1, 4, 8 and 16 steps."""
+    default, steps = backend.read_every, {}
+    for every in (1, 4, 8, 16):
+        backend.read_every = every
+        steps[every] = (timed_call() - prefill) / (budget - 1)
+    backend.read_every = default
+    return steps
+
+
 def bench_cell(architecture: str, device: str, repeats: int, threads: int, rows: int = 256, budget: int = 32) -> dict:
     """What the harness runs: one cell's batch through the transformers backend, after an untimed warm-up (its
     seconds, and the first compile's, reported apart). The prefill (budget 1) against the FLOP bound of the matmul
@@ -292,12 +312,7 @@ def bench_cell(architecture: str, device: str, repeats: int, threads: int, rows:
     prompts, greedy, to_budget = cell_prompts(backend, rows), Sampling.named("greedy"), FreeForm(budget)
     ids, prefix, _ = backend.prepare(prompts, [budget] * rows)
     suffix_tokens = sum(len(row) - len(prefix) for row in ids)
-    head = model.get_output_embeddings().weight
-    embedding = model.get_input_embeddings().weight
-    body = sum(p.numel() for p in model.parameters()) - head.numel() - (0 if head is embedding else embedding.numel())
-    # matmul FLOPs: every token through the body once (the prefix once for all rows), the head for each row's last
-    prefill_flops = 2 * body * (len(prefix) + suffix_tokens) + 2 * head.numel() * rows
-    step_flops = 2 * (body + head.numel()) * rows  # a decode step: one token a row through the body and the head
+    prefill_flops, step_flops = cell_flops(model, len(prefix), suffix_tokens, rows)
     matmul = measure_matmul_flops(torch.float32 if dtype == "fp32" else torch.bfloat16, device=device)
     rate = copy_rate(device)
 
@@ -349,12 +364,7 @@ def bench_cell(architecture: str, device: str, repeats: int, threads: int, rows:
         "read_every": backend.read_every,
     }
     if backend.static_decode:  # the host's reads: every step, and every few
-        default = backend.read_every
-        result["step_s_by_read_every"] = {}
-        for every in (1, 4, 8, 16):
-            backend.read_every = every
-            result["step_s_by_read_every"][every] = (timed(budget) - prefill) / (budget - 1)
-        backend.read_every = default
+        result["step_s_by_read_every"] = steps_by_read_every(backend, lambda: timed(budget), prefill, budget)
     log(
         f"cell {architecture} on {device}: prefill {prefill * 1e3:.1f} ms ({prefill_bound / prefill:.0%} of its FLOP "
         f"bound), decode step {step * 1e3:.2f} ms ({floor / step:.0%} of the weight-read floor), the call "

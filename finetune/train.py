@@ -171,21 +171,13 @@ def last_checkpoint(checkpoints: Path) -> str | None:
     return None
 
 
-def train(config: FinetuneConfig, config_path: Path, out: Path, report_to: Sequence[str] = ()) -> dict:
+def sft_config(config: FinetuneConfig, checkpoints: Path):
+    """trl's SFTConfig from the run's settings (the paper's LoRA settings, tab:lora_config, by default)."""
     import torch
-    from peft import LoraConfig
-    from transformers import AutoTokenizer, PrinterCallback
-    from trl import SFTConfig, SFTTrainer
+    from trl import SFTConfig
 
-    from finetune.prefix import SharedPrefixTrainer
-
-    out.mkdir(parents=True, exist_ok=True)
-    weights = base_weights(config, out)
-    tokenizer = AutoTokenizer.from_pretrained(weights)
-    model = load_model(config, weights)
     settings = config.train
-    checkpoints = out / "checkpoints"
-    args = SFTConfig(
+    return SFTConfig(
         output_dir=str(checkpoints),
         num_train_epochs=settings.epochs,
         max_steps=settings.max_steps,
@@ -214,6 +206,22 @@ def train(config: FinetuneConfig, config_path: Path, out: Path, report_to: Seque
         # examples built here come in template blocks, a batch each, already shuffled: read them in that order
         train_sampling_strategy="sequential" if settings.shared_prefix and not config.data.path else "random",
     )
+
+
+def train(config: FinetuneConfig, config_path: Path, out: Path, report_to: Sequence[str] = ()) -> dict:
+    from peft import LoraConfig
+    from transformers import AutoTokenizer, PrinterCallback
+    from trl import SFTTrainer
+
+    from finetune.prefix import SharedPrefixTrainer
+
+    out.mkdir(parents=True, exist_ok=True)
+    weights = base_weights(config, out)
+    tokenizer = AutoTokenizer.from_pretrained(weights)
+    model = load_model(config, weights)
+    settings = config.train
+    checkpoints = out / "checkpoints"
+    args = sft_config(config, checkpoints)
     lora = LoraConfig(
         r=config.lora.r,
         lora_alpha=config.lora.alpha,

@@ -21,12 +21,12 @@ from harness.core.cli import ArgParser, input_path, run
 from harness.core.errors import UserError
 from harness.core.files import read_json
 from harness.core.machine import differences
-from harness.runs.finished import read_samples
 from harness.runs.results import CellKey, read_results
+from harness.runs.stored import read_samples
 
 
 def by_problem(directory: Path) -> dict[tuple[CellKey, int], dict]:
-    """The samples of a run directory by (cell, index) (harness/runs/finished.py reads and checks them)."""
+    """The samples of a run directory by (cell, index) (harness/runs/stored.py reads and checks them)."""
     return {(CellKey.of(sample), sample["index"]): sample for sample in read_samples(directory)}
 
 

@@ -36,8 +36,7 @@ from harness.runs.parallel import Processes
 # Reports (summary, plots, comparisons, anatomy) are made again at most this often while a run goes, and at its end:
 # drawing them after every cell took 94% of a paper-grid run's time on the scripted backend, and rewrote its plots
 # 160 times.
-from harness.runs.plan import Variant, journal_path, overlap_notes, plan_groups, plan_variants
-from harness.runs.results import cell_key
+from harness.runs.plan import Variant, journal_path, overlap_notes, plan_groups, plan_variants, unfinished_cells
 from harness.runs.rundir import RunDir
 from harness.runs.trackers import WRITES, Trackers, add_report_to_flag, check_folders
 
@@ -88,25 +87,7 @@ def evaluate(spec: RunSpec, command: str, load=load_variant) -> RunDir | None:
     for repair in run_dir.repairs if run_dir else []:
         print(f"repaired {out}: {repair}", file=sys.stderr)
     done = processes.share(run_dir.done if run_dir else None)
-    todo = [
-        (variant, task, length, seed)
-        for seed in spec.all_seeds
-        for variant in variants
-        for task, lengths in spec.grid
-        for length in lengths
-        if cell_key(
-            variant.model.name,
-            variant.precision.name,
-            variant.adapter,
-            task.name,
-            task.operands,
-            task.truncate,
-            spec.base,
-            length,
-            seed,
-        )
-        not in done
-    ]
+    todo = unfinished_cells(spec, variants, done)
     total_cells = len(spec.all_seeds) * len(variants) * sum(len(lengths) for _, lengths in spec.grid)
     if len(todo) < total_cells and processes.is_main:
         print(f"resuming in {out}: {total_cells - len(todo)} of {total_cells} cells already done", file=sys.stderr)

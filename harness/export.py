@@ -17,8 +17,8 @@ from pathlib import Path
 
 from harness.core.cli import ArgParser, command_line, input_path, output_dir, run
 from harness.core.files import atomic_write_text
-from harness.reports.outputs import check_out_dir, staged_dir
-from harness.runs.finished import FinishedRun, read_finished
+from harness.reports.destinations import check_out_dir, staged_dir
+from harness.runs.stored import StoredRun, read_finished
 
 CARD = """---
 configs:
@@ -74,7 +74,7 @@ def uniform(records: list[dict]) -> list[dict]:
     return [{k: ("" if v is None else str(v)) if k in mixed else v for k, v in record.items()} for record in records]
 
 
-def export(finished: FinishedRun, out: Path) -> list[Path]:
+def export(finished: StoredRun, out: Path) -> list[Path]:
     """Write the run as Parquet plus its card into ``out``; return the files written."""
     import datasets
 

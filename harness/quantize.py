@@ -262,6 +262,15 @@ def _hand_over(argv: Sequence[str]) -> int:
     return subprocess.call([str(python), "-m", "harness.quantize", *argv], env=env)
 
 
+def calibration_argv(args, group_size: int, calibrated: Path, model_path: str | None) -> list[str]:
+    """This command's arguments for the quantization environment: the calibration alone, into ``calibrated``, in
+    compressed-tensors format (a conversion to AutoAWQ is done here afterwards)."""
+    argv = ["--model", args.model, "--method", args.method, "--bits", str(args.bits)]
+    argv += ["--group-size", str(group_size), "--samples", str(args.samples), "--seed", str(args.seed)]
+    argv += ["--out", str(calibrated), "--format", "compressed-tensors"]
+    return argv + (["--model-path", model_path] if model_path else [])
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = ArgParser(prog="python -m harness.quantize", description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", default="smollm2", help="a model from harness/models.yaml (default: smollm2)")
@@ -320,11 +329,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         try:
             import llmcompressor  # noqa: F401
         except ImportError:
-            calibrate = ["--model", args.model, "--method", args.method, "--bits", str(args.bits)]
-            calibrate += ["--group-size", str(group_size), "--samples", str(args.samples), "--seed", str(args.seed)]
-            calibrate += ["--out", str(calibrated), "--format", "compressed-tensors"]
-            calibrate += ["--model-path", model_path] if model_path else []
-            code = _hand_over(calibrate)
+            code = _hand_over(calibration_argv(args, group_size, calibrated, model_path))
             if code:
                 return code
         else:

@@ -35,7 +35,7 @@ from harness.models.weights import resolve_weights
 from harness.questions.answers import FIRST_LINE, AnswerMode
 from harness.questions.problems import Task, generate
 from harness.questions.prompts import PROMPT_STYLES, user_message
-from harness.reports.outputs import check_out_dir, staged_dir
+from harness.reports.destinations import check_out_dir, staged_dir
 from harness.runs.config import build_spec, load_config
 from harness.scoring import Extraction, is_correct, judge
 

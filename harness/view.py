@@ -23,12 +23,12 @@ from pathlib import Path
 from harness.core.cli import ArgParser, input_path, output_file, run
 from harness.core.files import atomic_write_text, writing_out
 from harness.reports.anatomy import anatomy_rows
-from harness.reports.outputs import check_out_file, clear_strays
+from harness.reports.destinations import check_out_file, clear_strays
 from harness.reports.summary import series_label, task_label
 from harness.runs.compare import SIGNIFICANCE, paired_comparisons
-from harness.runs.finished import FinishedRun, read_run
 from harness.runs.merge import merge
 from harness.runs.results import CellKey
+from harness.runs.stored import StoredRun, read_run
 
 MARK = b'<meta name="generator" content="numprec harness.view">'  # in view.html: a page harness.view may replace
 SAMPLE_FIELDS = ("index", "expression", "prompt", "output", "extracted", "rule", "gold", "correct", "truncated")
@@ -41,7 +41,7 @@ def cell_id(record) -> str:
     return f"{key.series}|{key.task_label}|{key.base}|{key.length}|{key.seed}"
 
 
-def page_data(title: str, finished: FinishedRun) -> dict:
+def page_data(title: str, finished: StoredRun) -> dict:
     """Everything the page shows, as JSON-ready data."""
     rows = finished.rows
     samples = finished.samples
@@ -103,7 +103,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     check_out_file(args.out, args.runs, "harness.view", MARK)
     runs = [read_run(path) for path in args.runs]
-    finished = runs[0] if len(runs) == 1 else FinishedRun(runs[0].path, *merge(runs))
+    finished = runs[0] if len(runs) == 1 else StoredRun(runs[0].path, *merge(runs))
     unfinished = [run.unfinished() for run in runs if run.missing]
     title = " + ".join(path.name for path in args.runs)
     page = page_html({**page_data(title, finished), "unfinished": unfinished})

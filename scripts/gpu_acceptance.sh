@@ -47,11 +47,11 @@ step() {  # name, seconds, command...: run under its limit, log, then its figure
 
 if [ "$device" = cuda ]; then
     nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader >> "$logs/steps.log" 2>&1
-    tests=(tests/harness/test_backend.py tests/harness/test_static_decode.py tests/harness/test_autoawq.py
+    tests=(tests/harness/backends/test_backend.py tests/harness/backends/test_static_decode.py tests/harness/models/test_autoawq.py
            tests/scratch tests/bench/test_decode.py)
     rows=256
 else
-    tests=(-m gpu tests/harness/test_backend.py tests/harness/test_autoawq.py tests/bench/test_decode.py)
+    tests=(-m gpu tests/harness/backends/test_backend.py tests/harness/models/test_autoawq.py tests/bench/test_decode.py)
     rows=8
 fi
 for what in "$@"; do

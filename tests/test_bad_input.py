@@ -16,7 +16,7 @@ import pytest
 
 from harness.core.cli import run
 from harness.models.weights import gguf_file
-from harness.reports.outputs import RUN_FILES
+from harness.reports.destinations import RUN_FILES
 from harness.runs.results import COLUMNS
 from tests.devices import without_cuda
 from tests.harness.helpers import ROOT, assert_user_error, run_module
@@ -592,7 +592,7 @@ REFERENCE_RUN = str(ROOT / "reports" / "quick-greedy-n40-seed0")
 
 
 def run_readers(out: str, *, several: bool) -> list[tuple]:
-    """The rows every command that reads finished runs shares (harness/runs/finished.py), --out being ``out``."""
+    """The rows every command that reads finished runs shares (harness/runs/stored.py), --out being ``out``."""
     return [
         ("missing", ["gone", "--out", out], "gone does not exist"),
         ("not-a-run", ["empty_dir", "--out", out], "empty_dir has no results.csv"),

@@ -2,9 +2,9 @@
 numprec's own lines only (tests/console.py lists their formats); --verbose shows the libraries again.
 
 Commands whose happy paths other tests already run as processes check their consoles there: harness.eval
-(tests/harness/test_eval.py), harness.quantize (tests/harness/conftest.py), harness.serve (tests/harness/test_api.py),
-finetune.train (tests/finetune/test_train.py), scratch.sweep (tests/scratch/test_sweep.py), bench.run
-(tests/bench/test_run.py)."""
+(tests/harness/runs/test_eval.py), harness.quantize (tests/harness/conftest.py), harness.serve
+(tests/harness/backends/test_api.py), finetune.train (tests/finetune/test_train.py), scratch.sweep
+(tests/scratch/test_sweep.py), bench.run (tests/bench/test_run.py)."""
 
 from __future__ import annotations
 

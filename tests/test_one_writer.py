@@ -1,7 +1,7 @@
 """One writer per output directory, for every command that writes one: while a first run holds the directory, a
 second run of the same command into it is refused in one line naming the holder, before it does any work, and it
 writes nothing there. (The first run is stood in for by its lock, held here as that process would hold it;
-tests/harness/test_results.py runs two real processes of harness.eval.)"""
+tests/harness/runs/test_results.py runs two real processes of harness.eval.)"""
 
 from __future__ import annotations
 

@@ -34,7 +34,7 @@ from harness.questions.answers import FIRST_LINE, AnswerMode, finishing_tokens
 TORCH_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 # Kernels that compute in another dtype than the model's. gptqmodel's CPU AWQ kernel casts activations and scales
 # to bfloat16 for aten's int4 matmul (_weight_int4pack_mm_for_cpu), so "awq-w4" on a CPU is W4A16 in bf16, not fp16
-# (tests/harness/test_autoawq.py observes it).
+# (tests/harness/models/test_autoawq.py observes it).
 KERNEL_ACTIVATION_DTYPE = {"gptqmodel.TorchAtenAwqLinear": "bfloat16"}
 
 

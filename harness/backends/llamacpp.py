@@ -9,7 +9,7 @@ rows' suffixes go through in one ``llama_decode``, then one token per running ro
 At batch size 1 each prompt is decoded whole from an empty cache instead, as llama.cpp's server decodes a
 request: ggml's kernels round a prompt decoded in two pieces (prefix, then suffix) differently from one decoded
 in one piece (logits apart by up to ~1 on the embedded model), so only this way does a run here answer exactly
-what a llama.cpp server answers for the same GGUF (tests/harness/test_api.py). Flash attention is on, as
+what a llama.cpp server answers for the same GGUF (tests/harness/backends/test_api.py). Flash attention is on, as
 llama.cpp's server (``-fa auto``) and harness.serve run it on a CPU.
 
 Tokens and text go through the same Hugging Face tokenizer and chat template as the transformers path

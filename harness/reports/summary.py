@@ -29,15 +29,15 @@ from harness.models import held_out
 from harness.questions.problems import parse_task
 from harness.questions.prompts import prompt_deviations
 from harness.reports.anatomy import AnatomyRow, anatomy_csv, anatomy_markdown, anatomy_plot_png, anatomy_rows
+from harness.reports.destinations import check_out_dir, staged_dir
 from harness.reports.figures import accuracy_axes, figure_png
 from harness.reports.lengths import LengthComparison, lengths_csv, lengths_markdown, lengths_plot_png, paired_lengths
-from harness.reports.outputs import check_out_dir, staged_dir
 from harness.runs.compare import Comparison, comparisons_csv, comparisons_markdown, paired_comparisons, wilson_interval
 from harness.runs.evidence import invocation_digest
-from harness.runs.finished import FinishedRun, read_finished
 from harness.runs.merge import merge
 from harness.runs.results import CellKey, CellResult, Sample, results_csv_text, slim
 from harness.runs.rundir import sample_line, where_and_when
+from harness.runs.stored import StoredRun, read_finished
 
 BASE_10_ONLY = 10  # the paper's reference table is base 10
 MARKERS = "osD^vP*X"
@@ -163,7 +163,27 @@ def summary_markdown(
     lines += unreadable_markdown(rows)
     lines += anatomy_markdown(anatomy)
     lines += lengths_markdown(rows, length_comparisons)
-    lines += [
+    lines += models_markdown(rows)
+    lines += kernel_check_markdown(rows, gpu_machines)
+    lines += served_markdown(rows)
+    lines += (
+        [
+            "",
+            "Reference columns are the paper's GPT-4o / GPT-4o-mini results (appendix table tab:gpt4).",
+            "",
+            "Produced by:",
+            "",
+            "```",
+        ]
+        + list(dict.fromkeys(commands))
+        + ["```", ""]
+    )
+    return "\n".join(lines)
+
+
+def models_markdown(rows: Sequence[CellResult]) -> list[str]:
+    """A row per series: how it was quantized, the dtypes and matmul arithmetic in force, its kernel and speed."""
+    lines = [
         "## Models",
         "",
         "| model | precision | method | weight bits | weight dtype | activation dtype | matmul | kernel "
@@ -183,21 +203,7 @@ def summary_markdown(
             f"{row.footprint_mb:.0f} | "
             f"{sum(speed) / len(speed):.1f} |"
         )
-    lines += kernel_check_markdown(rows, gpu_machines)
-    lines += served_markdown(rows)
-    lines += (
-        [
-            "",
-            "Reference columns are the paper's GPT-4o / GPT-4o-mini results (appendix table tab:gpt4).",
-            "",
-            "Produced by:",
-            "",
-            "```",
-        ]
-        + list(dict.fromkeys(commands))
-        + ["```", ""]
-    )
-    return "\n".join(lines)
+    return lines
 
 
 def training_overlap_markdown(rows: Sequence[CellResult]) -> list[str]:
@@ -444,7 +450,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     rows, samples, record = merge([read_finished(path) for path in args.runs])
     own = {"command": command, "spec": {"runs": [str(path) for path in args.runs]}, **where_and_when()}
     own["digest"] = invocation_digest(own)
-    merged = FinishedRun(args.out, rows, samples, {**record, "invocations": [own], "invocation_digests": True})
+    merged = StoredRun(args.out, rows, samples, {**record, "invocations": [own], "invocation_digests": True})
     with staged_dir(args.out, args.runs, "harness.report", command) as stage:
         atomic_write_text(stage / "results.csv", results_csv_text(rows))
         atomic_write_text(stage / "samples.jsonl", "".join(sample_line(sample) for sample in samples))

@@ -332,6 +332,36 @@ def load_config(name_or_path: str) -> tuple[str, EvalConfig]:
     return name, load_yaml_model(path, EvalConfig)
 
 
+def check_backend_settings(spec: RunSpec, settings: dict[str, Any]) -> None:
+    """The settings of one backend given to another, said in one line; a served model's run is put on the api
+    backend."""
+    served = [name for name in spec.models if get_model(name).kind == "endpoint"]
+    if served and len(served) < len(spec.models):
+        raise UserError(f"{served[0]} is a served model: evaluate served and local models in separate runs")
+    if served and spec.backend not in (None, "api"):
+        raise UserError(f"{served[0]} is a served model (--backend api), not one for --backend {spec.backend}")
+    if served:
+        spec.backend = "api"
+    given = [name for name in API_SETTINGS if settings.get(name) is not None]
+    given += [name for name in ("api_base", "api_model") if getattr(spec, name) and name not in given]
+    if given and spec.backend != "api":
+        flag = "--" + given[0].replace("_", "-")
+        raise UserError(f"{flag} is a setting of served models; add --backend api (with --api-base URL)")
+    if spec.backend == "api" and not spec.api_base and not served:
+        raise UserError(
+            "--backend api needs --api-base URL (the server's OpenAI-compatible base, e.g. http://host:8000/v1)"
+        )
+    if spec.batch_invariant and spec.backend != "vllm":
+        raise UserError(
+            "--batch-invariant sets vLLM's batch-invariant kernels: add --backend vllm (a served vLLM takes "
+            "VLLM_BATCH_INVARIANT=1 when it starts)"
+        )
+    if spec.tensor_parallel_size > 1 and spec.backend != "vllm":
+        raise UserError(
+            "--tensor-parallel-size splits a model across GPUs under --backend vllm only; add it or drop it"
+        )
+
+
 def build_spec(
     config_name: str,
     config: EvalConfig,
@@ -396,31 +426,7 @@ def build_spec(
     for task, task_lengths in spec.grid:
         for length in task_lengths:
             check_cell_bounds(spec.base, length, task)
-    served = [name for name in spec.models if get_model(name).kind == "endpoint"]
-    if served and len(served) < len(spec.models):
-        raise UserError(f"{served[0]} is a served model: evaluate served and local models in separate runs")
-    if served and spec.backend not in (None, "api"):
-        raise UserError(f"{served[0]} is a served model (--backend api), not one for --backend {spec.backend}")
-    if served:
-        spec.backend = "api"
-    given = [name for name in API_SETTINGS if settings.get(name) is not None]
-    given += [name for name in ("api_base", "api_model") if getattr(spec, name) and name not in given]
-    if given and spec.backend != "api":
-        flag = "--" + given[0].replace("_", "-")
-        raise UserError(f"{flag} is a setting of served models; add --backend api (with --api-base URL)")
-    if spec.backend == "api" and not spec.api_base and not served:
-        raise UserError(
-            "--backend api needs --api-base URL (the server's OpenAI-compatible base, e.g. http://host:8000/v1)"
-        )
-    if spec.batch_invariant and spec.backend != "vllm":
-        raise UserError(
-            "--batch-invariant sets vLLM's batch-invariant kernels: add --backend vllm (a served vLLM takes "
-            "VLLM_BATCH_INVARIANT=1 when it starts)"
-        )
-    if spec.tensor_parallel_size > 1 and spec.backend != "vllm":
-        raise UserError(
-            "--tensor-parallel-size splits a model across GPUs under --backend vllm only; add it or drop it"
-        )
+    check_backend_settings(spec, settings)
     if model_path and len(spec.models) > 1:
         raise UserError("--model-path replaces one model's weights; give a single --model with it")
     return spec

@@ -11,11 +11,11 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from harness.core.errors import UserError
-from harness.runs.finished import FinishedRun, invocations
+from harness.runs.stored import StoredRun, invocations
 from harness.runs.results import CellKey, CellResult, Sample
 
 
-def settings(run: FinishedRun) -> dict[str, str]:
+def settings(run: StoredRun) -> dict[str, str]:
     """What a run asked, in words, per setting that must be equal for its series to be paired with another's."""
     rows = run.rows
 
@@ -43,7 +43,7 @@ def problem_key(sample: Sample) -> tuple:
     return (key.task, key.operands, key.truncate, key.base, key.length, key.seed, sample["index"])
 
 
-def check_same_problems(runs: Sequence[FinishedRun]) -> None:
+def check_same_problems(runs: Sequence[StoredRun]) -> None:
     """Every run asked the same settings, the same problems, and a model the same prompt in every run."""
     first = runs[0]
     for other in runs[1:]:
@@ -75,7 +75,7 @@ def check_same_problems(runs: Sequence[FinishedRun]) -> None:
                 )
 
 
-def merge(runs: Sequence[FinishedRun]) -> tuple[list[CellResult], list[Sample], dict]:
+def merge(runs: Sequence[StoredRun]) -> tuple[list[CellResult], list[Sample], dict]:
     """The runs' rows and samples as one run's (in the order given: the first run's first series is the baseline of
     the paired table) and the merged record: each source with its commands and the machines that ran them."""
     if len({run.path.resolve() for run in runs}) < len(runs):

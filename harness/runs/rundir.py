@@ -149,7 +149,7 @@ class RunDir:
         # pid, host and start name the holder to a second process that finds the directory locked
         history.append({"command": command, "spec": spec, **where_and_when()})
         # Each invocation carries a digest of what it ran (one recorded before digests were is given one now, as
-        # samples are): a command or setting edited by hand no longer matches (harness/runs/finished.py checks).
+        # samples are): a command or setting edited by hand no longer matches (harness/runs/stored.py checks).
         history = [entry if "digest" in entry else {**entry, "digest": invocation_digest(entry)} for entry in history]
         meta = {**self._meta(), "identity": identity, "invocations": history, "versions": library_versions()}
         meta["sample_digests"] = True  # every sample here carries one: a sample without is an edited one

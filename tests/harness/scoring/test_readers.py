@@ -1,7 +1,7 @@
 """The run-directory promise of the commands that read runs (harness.view, harness.report, harness.export,
 harness.tasks): they never write into a run (its files hashed before and after), never over files they did not
 write, leave either nothing or a finished result when killed (the same command then finishes, equal to a clean
-run), and read a run only after checking it (harness/runs/finished.py): damaged, edited and unfinished runs are refused
+run), and read a run only after checking it (harness/runs/stored.py): damaged, edited and unfinished runs are refused
 in one line naming the command that repairs them, or shown with what is missing named. On the scripted backend."""
 
 from __future__ import annotations
@@ -24,10 +24,10 @@ import pytest
 from harness.backends.scripted import ScriptedBackend
 from harness.core.cli import run as run_command
 from harness.eval import evaluate
-from harness.reports.outputs import MANIFEST, foreign_files
+from harness.reports.destinations import MANIFEST, foreign_files
 from harness.runs.config import build_spec, load_config
 from tests.harness.helpers import ROOT, assert_user_error, command_env, run_module
-from tests.harness.test_merge import answer, run
+from tests.harness.runs.test_merge import answer, run
 
 pytestmark = pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
 

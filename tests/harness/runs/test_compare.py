@@ -115,7 +115,7 @@ def test_summary_tables_come_from_counts_not_from_rounded_values(tmp_path):
     decimals that reads 0.56, from the count 0.57. A row read back from results.csv is printed from its counts."""
     from harness.reports.summary import summary_markdown
     from harness.runs.results import read_results, results_csv_text
-    from tests.harness.test_results import _row
+    from tests.harness.runs.test_results import _row
 
     low, high = wilson_interval(8, 9)
     row = replace(_row(1, n=9), correct=8, accuracy=8 / 9, ci_low=low, ci_high=high)

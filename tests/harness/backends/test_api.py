@@ -21,8 +21,7 @@ from harness.eval import main
 from harness.serve import wait_until_serving
 from tests.api_proxy import FaultProxy
 from tests.console import foreign_lines
-
-from .helpers import ROOT, command_env, free_port
+from tests.harness.helpers import ROOT, command_env, free_port
 
 # One xdist worker runs the modules of group "api": one server for the module.
 pytestmark = pytest.mark.xdist_group("api")

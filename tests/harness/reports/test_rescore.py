@@ -10,8 +10,7 @@ from harness.questions.problems import Task, generate
 from harness.rescore import main
 from harness.runs.results import read_results
 from harness.runs.rundir import RunDir
-
-from .test_results import IDENTITY, _row
+from tests.harness.runs.test_results import IDENTITY, _row
 
 
 def outputs(problem):
@@ -120,7 +119,7 @@ def test_a_damaged_samples_line_is_said_and_kept_and_its_cell_named(tmp_path, ca
     """Each damaged line of issue 28: rescore says it (one line on stderr), keeps its bytes and its cell's row as they
     were (it cannot recompute them), re-scores every other cell, and names the command that computes the damaged cell
     again in this directory."""
-    from tests.harness.test_pipeline import run as scripted_run
+    from tests.harness.runs.test_pipeline import run as scripted_run
 
     out = tmp_path / "run"
     scripted_run(out)

@@ -15,7 +15,7 @@ from harness.scoring import RULES
 from tests.console import assert_numprec_console
 from tests.devices import HAS_CUDA
 
-from .helpers import ROOT, assert_user_error, command_env, run_module
+from tests.harness.helpers import ROOT, assert_user_error, command_env, run_module
 
 REQUIRED = [
     "model",

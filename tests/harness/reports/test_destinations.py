@@ -12,10 +12,10 @@ import sys
 import pytest
 
 from harness.core.errors import UserError
-from harness.reports.outputs import MANIFEST, check_out_dir, digest, staged_dir
+from harness.reports.destinations import MANIFEST, check_out_dir, digest, staged_dir
 from tests.harness.helpers import ROOT, assert_user_error, command_env
-from tests.harness.test_merge import run
-from tests.harness.test_readers import command, copy, hashes, refused, without_permission_override
+from tests.harness.runs.test_merge import run
+from tests.harness.scoring.test_readers import command, copy, hashes, refused, without_permission_override
 
 pytestmark = pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
 

@@ -14,10 +14,9 @@ from harness.models import get_model, get_precision
 from harness.models.weights import variant_weights
 from harness.questions.problems import Task, generate
 from harness.questions.prompts import user_message
+from tests.harness.helpers import ROOT, assert_user_error, needs_quantize_env, run_module
+from tests.harness.runs.test_eval import read_rows
 from tests.needs import require
-
-from .helpers import ROOT, assert_user_error, needs_quantize_env, run_module
-from .test_eval import read_rows
 
 # One xdist worker runs the modules of group "quantized": they share the session's quantized checkpoints
 # (tests/harness/conftest.py), which each worker would otherwise make again.

@@ -19,10 +19,9 @@ from harness.models.weights import default_tokenizer_dir
 from harness.questions.problems import Task, generate
 from harness.questions.prompts import user_message
 from tests.devices import HAS_CUDA
+from tests.harness.helpers import assert_user_error, needs_quantize_env, run_module
+from tests.harness.runs.test_eval import read_rows
 from tests.tiny import linear_bytes_per_weight
-
-from .helpers import assert_user_error, needs_quantize_env, run_module
-from .test_eval import read_rows
 
 # One xdist worker runs the modules of group "quantized": they share the session's quantized checkpoints
 # (tests/harness/conftest.py), which each worker would otherwise make again.

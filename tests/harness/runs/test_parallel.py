@@ -11,7 +11,7 @@ import pytest
 
 from harness.runs.results import COLUMNS
 
-from .helpers import ROOT, command_env, free_port, run_module
+from tests.harness.helpers import ROOT, command_env, free_port, run_module
 
 # One xdist worker runs the modules of group "parallel": its launchers meet on fixed local ports.
 pytestmark = pytest.mark.xdist_group("parallel")

@@ -50,7 +50,7 @@ def read_samples(directory: Path) -> list[Sample]:
 
 
 @dataclass
-class FinishedRun:
+class StoredRun:
     path: Path
     rows: list[CellResult]
     samples: list[Sample]
@@ -205,7 +205,7 @@ def _seeds(spec: dict) -> list[int]:
     return [seed for seed in seeds if isinstance(seed, int)]
 
 
-def read_run(directory: Path) -> FinishedRun:
+def read_run(directory: Path) -> StoredRun:
     """A run read and checked as the module docstring says; an unfinished one is returned with its missing cells
     named (``missing``, ``unfinished()``): each command decides whether it may read one."""
     directory = Path(directory)
@@ -215,7 +215,7 @@ def read_run(directory: Path) -> FinishedRun:
         raise UserError(f"cannot read {err.filename or directory}: {err.strerror}; fix its permissions") from None
 
 
-def _read_run(directory: Path) -> FinishedRun:
+def _read_run(directory: Path) -> StoredRun:
     if not (directory / "results.csv").is_file():
         raise UserError(f"{directory} has no results.csv; pass run directories written by harness.eval")
     record = read_json(directory / "run.json", str(directory)) if (directory / "run.json").exists() else {}
@@ -270,10 +270,10 @@ def _read_run(directory: Path) -> FinishedRun:
     stopped = {key for key in by_cell if key not in seen}  # samples of a cell whose row was never written
     missing = sorted((planned | stopped) - seen, key=lambda k: (k.seed, k.series, k.task_label, k.length))
     kept = [sample for sample in samples if CellKey.of(sample) in seen]
-    return FinishedRun(directory, rows, kept, record, missing)
+    return StoredRun(directory, rows, kept, record, missing)
 
 
-def read_finished(directory: Path) -> FinishedRun:
+def read_finished(directory: Path) -> StoredRun:
     """A run that must be finished (to be merged or exported): an unfinished one is refused in one line."""
     run = read_run(directory)
     if run.missing:

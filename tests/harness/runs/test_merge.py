@@ -105,7 +105,7 @@ def test_a_run_exported_is_read_back_by_datasets(runs, tmp_path):
 def test_samples_written_before_seeds_were_recorded_take_the_runs_seed(tmp_path):
     """A run of one seed written before samples named it: read, each sample belongs to its row's seed (as a resumed
     run gives it, harness/runs/rundir.py), so the viewer, the merge and the export find every cell's samples."""
-    from harness.runs.finished import read_run
+    from harness.runs.stored import read_run
     from harness.view import cell_id
 
     run_dir = run(tmp_path / "run", ["fp32"], seed=3)

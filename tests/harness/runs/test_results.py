@@ -14,7 +14,7 @@ from harness.runs.evidence import sample_digest
 from harness.runs.results import CellResult
 from harness.runs.rundir import RunDir
 
-from .helpers import ROOT, assert_user_error, run_module
+from tests.harness.helpers import ROOT, assert_user_error, run_module
 
 IDENTITY = {"samples": 2, "decoding": "greedy", "prompt": "few-shot", "answer": "first-line"}
 SMALL = ["--precision", "fp32", "--tasks", "add", "--lengths", "1", "--samples", "2"]
@@ -47,7 +47,7 @@ def test_two_runs_started_together_one_runs_one_is_refused_and_nothing_is_lost(t
 
     from harness.runs.results import read_results
 
-    from .helpers import command_env
+    from tests.harness.helpers import command_env
 
     out = tmp_path / "run"
     base = ["--precision", "fp32", "--tasks", "add", "--samples", "2", "--out", str(out)]

@@ -1,7 +1,7 @@
 """Every in-process backend stops where the run's answer mode says (harness/questions/answers.py): the paper's first
 line, and a mode of the tests' own that stops at the first word, on the real embedded model through transformers and
 llama.cpp.
-(The served backend's turn is in tests/harness/test_api.py.)"""
+(The served backend's turn is in tests/harness/backends/test_api.py.)"""
 
 import pytest
 

@@ -16,9 +16,8 @@ from harness.backends.vllm import PYTHON_OVERRIDE, VLLM_ENV
 from harness.diff import by_problem, same_output
 from harness.serve import wait_until_serving
 from tests.console import foreign_lines
+from tests.harness.helpers import ROOT, assert_user_error, command_env, free_port, run_module
 from tests.needs import require
-
-from .helpers import ROOT, assert_user_error, command_env, free_port, run_module
 
 pytestmark = pytest.mark.xdist_group("vllm")  # one worker: one engine and one server at a time
 

@@ -9,8 +9,7 @@ from hypothesis import strategies as st
 
 from harness.core.errors import UserError
 from harness.questions.problems import DIGITS, Task, generate, load_dataset, parse_task, to_base
-
-from .helpers import run_module
+from tests.harness.helpers import run_module
 
 tasks = st.one_of(
     st.just(Task("add")),
