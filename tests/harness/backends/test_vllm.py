@@ -24,7 +24,7 @@ pytestmark = pytest.mark.xdist_group("vllm")  # one worker: one engine and one s
 GRID = ["--model", "smollm2", "--precision", "fp32", "--tasks", "add,mul", "--lengths", "1,2", "--samples", "4"]
 
 
-@pytest.fixture(scope="module", autouse=True)
+@pytest.fixture(scope="session", autouse=True)
 def vllm_environment():
     require(
         (VLLM_ENV / "bin" / "python").exists(),
@@ -51,7 +51,7 @@ def differing(first: Path, second: Path) -> list[tuple[str, str]]:
     return [(one[key]["output"], other[key]["output"]) for key in one if not same_output(one[key], other[key])]
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def in_process(tmp_path_factory) -> Path:
     """The grid through ``--backend vllm``, as a user's command; its console is numprec's alone."""
     out = tmp_path_factory.mktemp("vllm") / "run"
@@ -61,7 +61,7 @@ def in_process(tmp_path_factory) -> Path:
     return out
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def server():
     """``python -m harness.serve --engine vllm`` on a free port; stopped with Ctrl-C, its console numprec's alone."""
     port = free_port()
