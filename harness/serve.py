@@ -192,6 +192,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "then depend on the request before it)",
     )
     args = parser.parse_args(argv)
+    from harness.backends.vllm import CHECKPOINT_METHODS
     from harness.models import get_model, get_precision
     from harness.models.weights import variant_weights
 
@@ -200,6 +201,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     model = get_model(args.model)
     precision = get_precision(model, args.precision or ENGINES[args.engine])
     if args.engine == "vllm":
+        if precision.method not in CHECKPOINT_METHODS:  # before any weights are made for it
+            raise UserError(f"the vllm engine serves casts and GPTQ/AWQ checkpoints, not {precision.name}")
         return serve_vllm(model.name, variant_weights(model, precision), precision, args, key)
     if precision.method != "gguf":
         raise UserError(
@@ -214,25 +217,17 @@ def serve_vllm(name: str, weights: str, precision, args, key: str | None) -> int
     """vLLM's server as this command's child until it exits or Ctrl-C stops both: the key in its environment, never
     on its command line; its console kept in memory (shown with --verbose), and its last line said if it fails.
     vLLM keeps prefix caching on, as the in-process backend has it."""
-    import collections
     import signal
     import subprocess
-    import threading
 
-    from harness.backends.vllm import CHECKPOINT_METHODS, LOG_LINES, engine_environment, keep_log, server_command
+    from harness.backends.vllm import LoggedChild, engine_environment, server_command
 
-    if precision.method not in CHECKPOINT_METHODS:
-        raise UserError(f"the vllm engine serves casts and GPTQ/AWQ checkpoints, not {precision.name}")
     command = server_command(weights, name, precision, args.host, args.port, args.context)
     env = engine_environment(batch_invariant=False, one_process=False)
     if key:
         env["VLLM_API_KEY"] = key
-    log: collections.deque[str] = collections.deque(maxlen=LOG_LINES)
-    server = subprocess.Popen(
-        command, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
-    )
-    reader = threading.Thread(target=keep_log, args=(server.stdout, log), daemon=True)
-    reader.start()
+    child = LoggedChild(command, env, stdin=subprocess.DEVNULL)
+    server = child.process
     signal.signal(signal.SIGTERM, lambda *_: server.send_signal(signal.SIGTERM))
     try:
         status = server.wait()
@@ -243,10 +238,10 @@ def serve_vllm(name: str, weights: str, precision, args, key: str | None) -> int
         except subprocess.TimeoutExpired:
             server.kill()
         return 0
-    reader.join(timeout=5)
     if status not in (0, -signal.SIGTERM):
-        last = next((line.strip() for line in reversed(log) if line.strip()), "")
-        raise UserError(f"vLLM's server exited with status {status}: {last[-300:]} (rerun with --verbose for its log)")
+        raise UserError(
+            f"vLLM's server exited with status {status}: {child.last_line()} (rerun with --verbose for its log)"
+        )
     return 0
 
 

@@ -223,7 +223,7 @@ def run_pack(
         return [summaries[i] for i in range(len(configs))]
     if configs[0].precision not in TRAIN_PRECISIONS:
         raise ValueError(f"unknown precision {configs[0].precision!r}; known: {', '.join(TRAIN_PRECISIONS)}")
-    training = PackTraining(configs, outs, logs, device, saved)
+    training = PackTraining(configs, outs, logs, device, checkpoints, saved)
     training.train(should_stop, on_eval)
     return training.summaries()
 
@@ -232,10 +232,10 @@ class PackTraining:
     """One pack's training state, from step 0 or its runs' checkpoints (all at one step): the pack, each run's data
     stream, test set and history, and the clocks (timed steps, this process's steps, data making, compiling)."""
 
-    def __init__(self, configs, outs, logs, device: torch.device, saved: list[dict | None]):
+    def __init__(self, configs, outs, logs, device: torch.device, checkpoints: list, saved: list[dict | None]):
         self.configs, self.outs, self.logs, self.device = list(configs), list(outs), list(logs), device
         self.config = config = configs[0]
-        self.checkpoints = [out / "checkpoint.pt" if out else None for out in outs]
+        self.checkpoints = checkpoints  # each run's checkpoint.pt, None for a run without an out
         torch.set_num_threads(config.threads)
         self.matmul_precision = set_matmul_precision(config.precision, device)
         self.pack = Pack(configs, device, say=lambda line: [log(line) for log in logs])

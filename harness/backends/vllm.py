@@ -55,7 +55,7 @@ def vllm_python() -> str:
     if not python.exists():
         raise UserError(
             "--backend vllm needs vLLM, which lives in an environment of its own: run bash scripts/setup_vllm.sh "
-            "(about 2 minutes, 3.4 GB), then repeat this command"
+            "(about 80 s, 2.5 GB), then repeat this command"
         )
     return str(python)
 
@@ -77,7 +77,7 @@ def engine_environment(batch_invariant: bool, one_process: bool) -> dict[str, st
 
 
 def keep_log(stream, log: collections.deque) -> None:
-    """vLLM's stderr, line by line, into ``log`` (and to the console with --verbose)."""
+    """A child's console, line by line, into ``log`` (and to the console with --verbose)."""
     echo = verbose()
     for line in stream:
         log.append(line.rstrip("\n"))
@@ -85,26 +85,35 @@ def keep_log(stream, log: collections.deque) -> None:
             sys.stderr.write(line)
 
 
+class LoggedChild:
+    """A vLLM process whose console (stdout and stderr together) is kept in memory, its last LOG_LINES lines, and
+    shown with --verbose: the engine and the server both run so."""
+
+    def __init__(self, command: list[str], env: dict[str, str], **popen):
+        self.log: collections.deque[str] = collections.deque(maxlen=LOG_LINES)
+        self.process = subprocess.Popen(
+            command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, **popen
+        )
+        # the thread holds the stream and the log, not this object, so that dropping the owner ends the process
+        self.reader = threading.Thread(target=keep_log, args=(self.process.stdout, self.log), daemon=True)
+        self.reader.start()
+
+    def last_line(self) -> str:
+        """The last non-blank line the process wrote (its end), once the reader has taken all it wrote."""
+        self.reader.join(timeout=5)
+        return next((entry.strip() for entry in reversed(self.log) if entry.strip()), "")[-300:]
+
+
 class Engine:
     """vLLM's engine in its child process: one JSON request a line, one answer a line (vllm_engine.py)."""
 
     def __init__(self, python: str, env: dict[str, str]):
         answers_read, answers_write = os.pipe()
-        self.log: collections.deque[str] = collections.deque(maxlen=LOG_LINES)
-        self.process = subprocess.Popen(
-            [python, str(ENGINE), "--answers", str(answers_write)],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-            pass_fds=(answers_write,),
-            env=env,
-            text=True,
-        )
+        command = [python, str(ENGINE), "--answers", str(answers_write)]
+        self.child = LoggedChild(command, env, stdin=subprocess.PIPE, pass_fds=(answers_write,))
+        self.process = self.child.process
         os.close(answers_write)
         self.answers = os.fdopen(answers_read, encoding="utf-8")
-        # the thread holds the stream and the log, not the engine, so that dropping the engine ends its process
-        self.reader = threading.Thread(target=keep_log, args=(self.process.stderr, self.log), daemon=True)
-        self.reader.start()
 
     def ask(self, request: dict) -> dict:
         """Send one request and wait for its answer; the engine's failure is one line naming its last log line."""
@@ -117,9 +126,8 @@ class Engine:
         answer = json.loads(line) if line else {"error": f"vLLM's engine exited (status {self.process.wait()})"}
         if "error" in answer:
             self.close()
-            self.reader.join(timeout=5)
-            last = next((entry.strip() for entry in reversed(self.log) if entry.strip()), "")
-            hint = f"; its log ended: {last[-300:]}" if last and last not in answer["error"] else ""
+            last = self.child.last_line()
+            hint = f"; its log ended: {last}" if last and last not in answer["error"] else ""
             raise UserError(f"vLLM failed: {answer['error']}{hint} (rerun with --verbose for vLLM's log)")
         return answer
 

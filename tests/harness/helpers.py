@@ -7,14 +7,27 @@ from pathlib import Path
 
 import pytest
 
+from harness.backends.vllm import VLLM_ENV
 from harness.quantize import QUANTIZE_ENV
 from harness.serve import free_port  # noqa: F401  (the tests' free port)
+from tests.needs import require
 
 needs_quantize_env = pytest.mark.skipif(
     not (QUANTIZE_ENV / "bin" / "python").exists(), reason="run scripts/setup_quantize.sh (CI does)"
 )
 
 ROOT = Path(__file__).resolve().parents[2]
+
+
+def require_vllm() -> None:
+    """vLLM's environment (scripts/setup_vllm.sh makes it): a skip with its reason where it is missing, a failure
+    where NUMPREC_REQUIRE_VLLM=1 (CI) says it must be there."""
+    require(
+        (VLLM_ENV / "bin" / "python").exists(),
+        "NUMPREC_REQUIRE_VLLM",
+        "vLLM is not set up here",
+        "run bash scripts/setup_vllm.sh",
+    )
 
 
 def command_env() -> dict:

@@ -12,12 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from harness.backends.vllm import PYTHON_OVERRIDE, VLLM_ENV
+from harness.backends.vllm import PYTHON_OVERRIDE
 from harness.diff import by_problem, same_output
 from harness.serve import wait_until_serving
 from tests.console import foreign_lines
-from tests.harness.helpers import ROOT, assert_user_error, command_env, free_port, run_module
-from tests.needs import require
+from tests.harness.helpers import ROOT, assert_user_error, command_env, free_port, require_vllm, run_module
 
 pytestmark = pytest.mark.xdist_group("vllm")  # one worker: one engine and one server at a time
 
@@ -26,12 +25,7 @@ GRID = ["--model", "smollm2", "--precision", "fp32", "--tasks", "add,mul", "--le
 
 @pytest.fixture(scope="session", autouse=True)
 def vllm_environment():
-    require(
-        (VLLM_ENV / "bin" / "python").exists(),
-        "NUMPREC_REQUIRE_VLLM",
-        "vLLM is not set up here",
-        "run bash scripts/setup_vllm.sh",
-    )
+    require_vllm()
 
 
 def evaluate(out: Path, *args: str) -> subprocess.CompletedProcess:

@@ -8,15 +8,13 @@ import pytest
 import torch
 
 from harness.backends import Sampling
-from harness.backends.vllm import VLLM_ENV
 from harness.core.machine import cpu_bf16_instructions
 from harness.models import get_model, get_precision
 from harness.models.weights import variant_weights
 from harness.questions.problems import Task, generate
 from harness.questions.prompts import user_message
-from tests.harness.helpers import ROOT, assert_user_error, needs_quantize_env, run_module
+from tests.harness.helpers import ROOT, assert_user_error, needs_quantize_env, require_vllm, run_module
 from tests.harness.runs.test_eval import read_rows
-from tests.needs import require
 
 # One xdist worker runs the modules of group "quantized": they share the session's quantized checkpoints
 # (tests/harness/conftest.py), which each worker would otherwise make again.
@@ -201,12 +199,7 @@ def test_vllm_runs_the_gptq_checkpoint_with_its_int4_kernel(gptq_checkpoint, tmp
     """The compressed-tensors W4A16 checkpoint harness.quantize makes, through --backend vllm: vLLM reads its
     quantization_config and runs its packed int4 weights with its own kernel (on a CPU, CPUWNA16), which the row
     names; every problem is answered."""
-    require(
-        (VLLM_ENV / "bin" / "python").exists(),
-        "NUMPREC_REQUIRE_VLLM",
-        "vLLM is not set up here",
-        "run bash scripts/setup_vllm.sh",
-    )
+    require_vllm()
     out = tmp_path / "run"
     args = ["--precision", "gptq-w4", "--model-path", str(gptq_checkpoint), "--backend", "vllm"]
     result = run_module("harness.eval", *args, "--tasks", "add", "--lengths", "1", "--samples", "8", "--out", str(out))
