@@ -26,8 +26,8 @@ import math
 from dataclasses import dataclass, replace
 
 from harness.questions.answers import answer_mode
-from harness.runs.compare import wilson_interval
 from harness.questions.problems import Task, generate
+from harness.runs.compare import wilson_interval
 from harness.runs.results import CellResult, Sample
 from harness.scoring import CONFLICT, is_correct, judge
 

@@ -11,8 +11,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from harness.core.errors import UserError
-from harness.runs.stored import StoredRun, invocations
 from harness.runs.results import CellKey, CellResult, Sample
+from harness.runs.stored import StoredRun, invocations
 
 
 def settings(run: StoredRun) -> dict[str, str]:

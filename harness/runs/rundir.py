@@ -21,10 +21,10 @@ import time
 from pathlib import Path
 
 from harness.core.errors import UserError
-from harness.runs.evidence import check_cell_evidence, invocation_digest, sample_digest
 from harness.core.files import append_lines, atomic_write_bytes, atomic_write_text, check_regular_file
 from harness.core.lock import DirectoryLock
 from harness.core.machine import library_versions, machine_id
+from harness.runs.evidence import check_cell_evidence, invocation_digest, sample_digest
 from harness.runs.results import (
     COLUMNS,
     CellKey,

@@ -23,10 +23,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness.core.errors import UserError
-from harness.runs.evidence import check_cell_evidence, invocation_digest
 from harness.core.files import read_json
 from harness.models import get_model
 from harness.questions.problems import parse_task
+from harness.runs.evidence import check_cell_evidence, invocation_digest
 from harness.runs.results import CellKey, CellResult, Sample, cell_key, read_results, read_samples_file, samples_seed
 from harness.runs.rundir import eval_into, record_problem, recorded_identity
 

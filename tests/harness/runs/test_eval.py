@@ -14,7 +14,6 @@ from harness.runs.results import COLUMNS
 from harness.scoring import RULES
 from tests.console import assert_numprec_console
 from tests.devices import HAS_CUDA
-
 from tests.harness.helpers import ROOT, assert_user_error, command_env, run_module
 
 REQUIRED = [

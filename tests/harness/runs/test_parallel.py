@@ -10,7 +10,6 @@ from pathlib import Path
 import pytest
 
 from harness.runs.results import COLUMNS
-
 from tests.harness.helpers import ROOT, command_env, free_port, run_module
 
 # One xdist worker runs the modules of group "parallel": its launchers meet on fixed local ports.

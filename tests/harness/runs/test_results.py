@@ -13,7 +13,6 @@ from harness.runs.compare import wilson_interval
 from harness.runs.evidence import sample_digest
 from harness.runs.results import CellResult
 from harness.runs.rundir import RunDir
-
 from tests.harness.helpers import ROOT, assert_user_error, run_module
 
 IDENTITY = {"samples": 2, "decoding": "greedy", "prompt": "few-shot", "answer": "first-line"}
@@ -46,7 +45,6 @@ def test_two_runs_started_together_one_runs_one_is_refused_and_nothing_is_lost(t
     import time
 
     from harness.runs.results import read_results
-
     from tests.harness.helpers import command_env
 
     out = tmp_path / "run"
