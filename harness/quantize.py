@@ -1,14 +1,18 @@
-"""Make a W4A16 GPTQ or AWQ checkpoint of a registered model with llm-compressor.
+"""Make a quantized checkpoint of a registered model with llm-compressor: W4A16 GPTQ or AWQ, or a format of now.
 
     python -m harness.quantize --model smollm2 --method gptq --bits 4 --group-size 64
     python -m harness.quantize --model smollm2 --method awq --bits 4 --group-size 64 --samples 64
-    python -m harness.eval --precision gptq-w4,awq-w4   # finds them in the cache; or --model-path DIR
+    python -m harness.quantize --model smollm2-arith --precision fp8-dynamic   # nvfp4, mxfp4, w8a8-int8, ...
+    python -m harness.eval --precision gptq-w4,awq-w4,fp8-dynamic   # finds them in the cache; or --model-path DIR
     python -m harness.quantize --model smollm2 --model-path MERGED_DIR --method gptq --out DIR  # your own weights
 
 GPTQ checkpoints are written as compressed-tensors. AWQ checkpoints are written by default in AutoAWQ's
 GEMM format (``harness/models/autoawq.py``): the format of the paper's int4 Llama, which transformers loads
 through gptqmodel's AWQ kernels, so ``awq-w4`` on the default model takes the ``llama-int4`` preset's own
-loading path; ``--format compressed-tensors`` keeps llm-compressor's format instead.
+loading path; ``--format compressed-tensors`` keeps llm-compressor's format instead. ``--precision NAME`` makes a
+precision of the registry's formats (FP8, INT8 W8A8, W4A8, NVFP4, MXFP4, MXFP8) with its llm-compressor scheme:
+data-free where the scheme's scales are all found from the weights or at run time, calibrated where it has static
+activation scales (NVFP4's global scale) or a calibrating recipe (w8a8-int8: SmoothQuant, then GPTQ).
 
 Calibration uses problems this project generates (the paper's tasks and few-shot prompts, answered
 correctly), drawn from a "calibration" stream and disjoint from the problems harness.eval scores; no hub
@@ -36,7 +40,7 @@ from harness.core.cli import ArgParser, command_line, input_path, output_dir, ru
 from harness.core.errors import UserError
 from harness.core.files import follow_umask
 from harness.core.lock import DirectoryLock
-from harness.models import W4_PRECISIONS, ModelSpec, get_model, get_precision
+from harness.models import W4_PRECISIONS, ModelSpec, PrecisionSpec, get_model, get_precision, precision_registry
 from harness.models.autoawq import require_gptqmodel
 from harness.models.weights import check_unquantized, quantized_dir, resolve_weights
 from harness.questions.problems import HELD_OUT_COUNT, TRAINING_LENGTHS, heldout_problems, parse_task
@@ -69,25 +73,60 @@ def calibration_texts(tokenizer, count: int, seed: int) -> list[str]:
     return texts[:count]
 
 
-def recipe(method: str, bits: int, group_size: int):
-    from compressed_tensors.quantization import QuantizationArgs, QuantizationScheme
+def recipe(precision: PrecisionSpec, group_size: int) -> list:
+    """llm-compressor's modifiers that make ``precision``: GPTQ or AWQ at W4A16, else the precision's scheme (its
+    group size set where the format leaves it open), with SmoothQuant before GPTQ for INT8 W8A8 as published W8A8
+    checkpoints are made. The tied lm_head/embedding stays in the model's dtype, as in the paper's AWQ checkpoint."""
+    from compressed_tensors.quantization import QuantizationArgs, QuantizationScheme, preset_name_to_scheme
 
-    scheme = QuantizationScheme(
-        targets=["Linear"],
-        weights=QuantizationArgs(
-            num_bits=bits, type="int", symmetric=method == "gptq", strategy="group", group_size=group_size
-        ),
-    )
-    # The tied lm_head/embedding stays in the model's dtype, as in the paper's AWQ int4 checkpoint.
-    groups = {"config_groups": {"group_0": scheme}, "ignore": ["lm_head"]}
-    if method == "gptq":
-        from llmcompressor.modifiers.quantization import GPTQModifier
+    if precision.method == "compressed":
+        scheme = preset_name_to_scheme(precision.scheme, ["Linear"])
+        if precision.group_adjustable:
+            scheme.weights = scheme.weights.model_copy(update={"group_size": group_size})
+    else:
+        weights = QuantizationArgs(
+            num_bits=precision.weight_bits,
+            type="int",
+            symmetric=precision.method == "gptq",
+            strategy="group",
+            group_size=group_size,
+        )
+        scheme = QuantizationScheme(targets=["Linear"], weights=weights)
+    return MODIFIERS[precision.recipe]({"config_groups": {"group_0": scheme}, "ignore": ["lm_head"]})
 
-        return [GPTQModifier(**groups)]
+
+def _gptq(groups: dict) -> list:
+    from llmcompressor.modifiers.quantization import GPTQModifier
+
+    return [GPTQModifier(**groups)]
+
+
+def _awq(groups: dict) -> list:
     from llmcompressor.modifiers.quantization import QuantizationModifier
     from llmcompressor.modifiers.transform.awq import AWQModifier
 
     return [AWQModifier(duo_scaling="both"), QuantizationModifier(**groups)]
+
+
+def _smoothquant_gptq(groups: dict) -> list:
+    from llmcompressor.modifiers.transform.smoothquant import SmoothQuantModifier
+
+    return [SmoothQuantModifier(smoothing_strength=0.8), *_gptq(groups)]
+
+
+def _round_to_nearest(groups: dict) -> list:
+    from llmcompressor.modifiers.quantization import QuantizationModifier
+
+    return [QuantizationModifier(**groups)]
+
+
+# precisions.yaml's `recipe`: how the scheme's weights are found (rounding to nearest is data-free)
+MODIFIERS = {"gptq": _gptq, "awq": _awq, "smoothquant+gptq": _smoothquant_gptq, "rtn": _round_to_nearest}
+
+
+def calibrates(precision: PrecisionSpec) -> bool:
+    """Whether making ``precision`` reads calibration problems (GPTQ, AWQ, static activation scales)."""
+    return precision.recipe != "rtn" or precision.calibrate
 
 
 def cpu_pinned_memory_workaround() -> None:
@@ -118,7 +157,7 @@ def calibration_dtype() -> str:
 def calibration_progress(description: str):
     """numprec's own bar over llm-compressor's calibration: its pipeline opens a tqdm bar per layer group, described
     "(i/n): Calibrating"; while calibrating, every bar other libraries open is off (unless --verbose) and such a
-    description moves this one to i of n."""
+    description moves this one to i of n. A data-free scheme opens no such bar, and shows none."""
     import tqdm as tqdm_module
 
     from harness.core.quiet import verbose
@@ -126,30 +165,33 @@ def calibration_progress(description: str):
     if verbose():
         yield
         return
-    own = tqdm_module.tqdm(total=None, desc=description, unit="layer group", file=sys.stderr, disable=False)
+    bars = []
     original = tqdm_module.tqdm.__init__
 
     def quiet_init(bar, *args, **kwargs):
         match = re.match(r"\((\d+)/(\d+)\): Calibrating", str(kwargs.get("desc", "")))
         if match:
-            own.total = int(match[2])
-            own.update(int(match[1]) - 1 - own.n)
+            if not bars:
+                bars.append(
+                    tqdm_module.tqdm(total=int(match[2]), desc=description, unit="layer group", file=sys.stderr)
+                )
+            bars[0].update(int(match[1]) - 1 - bars[0].n)
         original(bar, *args, **{**kwargs, "disable": True})
 
     tqdm_module.tqdm.__init__ = quiet_init
     try:
         yield
-        if own.total:
-            own.update(own.total - own.n)
+        if bars:
+            bars[0].update(bars[0].total - bars[0].n)
     finally:
         tqdm_module.tqdm.__init__ = original
-        own.close()
+        for bar in bars:
+            bar.close()
 
 
 def quantize(
     model_name: str,
-    method: str,
-    bits: int,
+    precision: PrecisionSpec,
     group_size: int,
     out: Path,
     samples: int,
@@ -165,21 +207,24 @@ def quantize(
     source = resolve_weights(model, model_path)
     torch.manual_seed(seed)
     tokenizer = AutoTokenizer.from_pretrained(source)
-    calibration = calibration_dtype()
+    # The formats' scales are found in the checkpoint's bfloat16, as llm-compressor makes published ones (a cast
+    # afterwards would round scales the codes were computed with); W4A16 calibrates as calibration_dtype says.
+    calibration = "bfloat16" if precision.method == "compressed" else calibration_dtype()
     network = AutoModelForCausalLM.from_pretrained(source, dtype=getattr(torch, calibration))
-    texts = calibration_texts(tokenizer, samples, seed)
-    dataset = Dataset.from_dict(tokenizer(texts, add_special_tokens=False))
-    if method == "awq":
+    texts = calibration_texts(tokenizer, samples, seed) if calibrates(precision) else []
+    data = {}
+    if texts:
+        dataset = Dataset.from_dict(tokenizer(texts, add_special_tokens=False))
+        longest = max(len(ids) for ids in dataset["input_ids"])
+        data = {"dataset": dataset, "max_seq_length": longest, "num_calibration_samples": len(texts)}
+    if precision.recipe == "awq":
         cpu_pinned_memory_workaround()
+    from harness.models import fp4
+
+    fp4.register()  # E2M1 rounding and packing in one pass on a CPU (NVFP4, MXFP4)
     started = time.perf_counter()
-    with calibration_progress(f"calibrating {model_name} ({method})"):
-        oneshot(
-            model=network,
-            dataset=dataset,
-            recipe=recipe(method, bits, group_size),
-            max_seq_length=max(len(ids) for ids in dataset["input_ids"]),
-            num_calibration_samples=len(texts),
-        )
+    with calibration_progress(f"calibrating {model_name} ({precision.name})"):
+        oneshot(model=network, recipe=recipe(precision, group_size), **data)
         seconds = time.perf_counter() - started
         network.to(torch.bfloat16)  # the checkpoint's dtype (scales, embedding), whatever the calibration ran in
         staging = out.with_name(out.name + ".partial")
@@ -189,11 +234,14 @@ def quantize(
     info = {
         "model": model_name,
         "source": str(source),
-        "method": method,
-        "bits": bits,
+        "method": precision.method,
+        "precision": precision.name,
+        "scheme": precision.scheme,
+        "recipe": precision.recipe,
+        "bits": precision.weight_bits,
         "group_size": group_size,
         "calibration_samples": len(texts),
-        "calibration_tasks": list(CALIBRATION_TASKS),
+        "calibration_tasks": list(CALIBRATION_TASKS) if texts else [],
         "calibration_dtype": calibration,
         "seed": seed,
         "seconds": round(seconds, 1),
@@ -262,20 +310,23 @@ def _hand_over(argv: Sequence[str]) -> int:
     return subprocess.call([str(python), "-m", "harness.quantize", *argv], env=env)
 
 
-def calibration_argv(args, group_size: int, calibrated: Path, model_path: str | None) -> list[str]:
+def calibration_argv(args, precision: PrecisionSpec, group_size: int, calibrated: Path, model_path: str | None):
     """This command's arguments for the quantization environment: the calibration alone, into ``calibrated``, in
     compressed-tensors format (a conversion to AutoAWQ is done here afterwards)."""
-    argv = ["--model", args.model, "--method", args.method, "--bits", str(args.bits)]
-    argv += ["--group-size", str(group_size), "--samples", str(args.samples), "--seed", str(args.seed)]
+    argv = ["--model", args.model, "--precision", precision.name, "--samples", str(args.samples)]
+    argv += ["--seed", str(args.seed)] + (["--group-size", str(group_size)] if group_size else [])
     argv += ["--out", str(calibrated), "--format", "compressed-tensors"]
     return argv + (["--model-path", model_path] if model_path else [])
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def parse_args(argv: Sequence[str] | None):
     parser = ArgParser(prog="python -m harness.quantize", description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", default="smollm2", help="a model from harness/models.yaml (default: smollm2)")
-    parser.add_argument("--method", required=True, choices=sorted(W4_PRECISIONS))
-    parser.add_argument("--bits", type=int, default=4, help="weight bits (W4A16: 4)")
+    which = parser.add_mutually_exclusive_group(required=True)
+    which.add_argument("--method", choices=sorted(W4_PRECISIONS), help="W4A16 by GPTQ or AWQ (gptq-w4, awq-w4)")
+    made = [name for name, spec in precision_registry().items() if spec.prequantized]
+    which.add_argument("--precision", choices=made, metavar="NAME", help=f"a precision: {', '.join(made)}")
+    parser.add_argument("--bits", type=int, help="weight bits (the precision's: 4 for W4A16)")
     parser.add_argument(
         "--group-size", type=GROUP_SIZE.arg, help="weights per quantization group (default: the registry's)"
     )
@@ -289,14 +340,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--out", type=output_dir, help="checkpoint directory (default: where harness.eval looks)")
     parser.add_argument(
-        "--format", choices=FORMATS, help="checkpoint format (default: autoawq for awq, compressed-tensors for gptq)"
+        "--format", choices=FORMATS, help="checkpoint format (default: autoawq for awq, compressed-tensors otherwise)"
     )
-    args = parser.parse_args(argv)
+    return parser.parse_args(argv)
+
+
+def checked_settings(args) -> tuple[ModelSpec, PrecisionSpec, int, str | None, Path, str]:
+    """The model, precision, group size, source directory, output directory and checkpoint format of a command line,
+    each checked before any weights load."""
     model = get_model(args.model)
-    precision = get_precision(model, W4_PRECISIONS[args.method])
-    if args.bits != precision.weight_bits:
+    precision = get_precision(model, args.precision or W4_PRECISIONS[args.method])
+    if args.bits is not None and args.bits != precision.weight_bits:
         raise UserError(f"--bits {args.bits}: the registered {precision.name} precision stores {precision.weight_bits}")
     group_size = args.group_size if args.group_size is not None else precision.group_size
+    if group_size != precision.group_size and not precision.group_adjustable:
+        fixed = f"groups of {precision.group_size}" if precision.group_size else "no groups"
+        raise UserError(f"--group-size {group_size}: the {precision.name} format fixes {fixed}; leave it out")
     model_path = str(args.model_path) if args.model_path else None
     if model_path:
         if args.out is None:
@@ -305,7 +364,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 "harness.eval --model-path DIR"
             )
         check_unquantized(model_path)
-    check_group_size(model, group_size, model_path)
+    if group_size:
+        check_group_size(model, group_size, model_path)
     out = args.out or quantized_dir(model, precision)
     check_checkpoint_out(out)
     if args.out is None and group_size != precision.group_size:
@@ -315,11 +375,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
     if not os.environ.get(HANDED_OVER) and model.kind == "hub":
         resolve_weights(model, model_path)  # weights missing from this machine: said before anything is announced
-    checkpoint_format = args.format or ("autoawq" if args.method == "awq" else "compressed-tensors")
+    checkpoint_format = args.format or ("autoawq" if precision.method == "awq" else "compressed-tensors")
     if checkpoint_format == "autoawq":
-        if args.method != "awq":
-            raise UserError("--format autoawq holds AWQ checkpoints; GPTQ is written as compressed-tensors")
+        if precision.method != "awq":
+            raise UserError(
+                f"--format autoawq holds AWQ checkpoints; {precision.name} is written as compressed-tensors"
+            )
         require_gptqmodel()  # the conversion packs with gptqmodel: fail now, not after the calibration
+    return model, precision, group_size, model_path, out, checkpoint_format
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    model, precision, group_size, model_path, out, checkpoint_format = checked_settings(args)
     # llm-compressor always writes compressed-tensors; AutoAWQ is a rewrite of the same codes afterwards.
     calibrated = out if checkpoint_format == "compressed-tensors" else out.with_name(out.name + ".compressed-tensors")
     # The checkpoint directory is replaced whole when it is done, so the writer's lock is on the folder holding it:
@@ -329,15 +397,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         try:
             import llmcompressor  # noqa: F401
         except ImportError:
-            code = _hand_over(calibration_argv(args, group_size, calibrated, model_path))
+            code = _hand_over(calibration_argv(args, precision, group_size, calibrated, model_path))
             if code:
                 return code
         else:
-            what = f"{args.model} with {args.method} W{args.bits}A16 g{group_size}"
-            print(f"quantizing {what} -> {calibrated}", file=sys.stderr)
-            info = quantize(
-                args.model, args.method, args.bits, group_size, calibrated, args.samples, args.seed, model_path
-            )
+            group = f" g{group_size}" if group_size else ""
+            print(f"quantizing {model.name} to {precision.name}{group} -> {calibrated}", file=sys.stderr)
+            info = quantize(model.name, precision, group_size, calibrated, args.samples, args.seed, model_path)
             print(f"wrote {calibrated} ({info['calibration_samples']} calibration problems, {info['seconds']:.0f} s)")
         if checkpoint_format == "autoawq":
             from harness.models.autoawq import to_autoawq

@@ -182,6 +182,8 @@ class ChatBackend:
         raise NotImplementedError
 
     thinking = "auto"  # the chat template's thinking switch: auto leaves it, on / off sets enable_thinking
+    # What the attention's KV cache holds, for the rows: "" where it is the model's dtype or the server's affair
+    kv_cache = ""
 
     def set_thinking(self, thinking: str) -> None:
         """--thinking on|off: where the model's chat template has a thinking switch (enable_thinking, as Qwen3's

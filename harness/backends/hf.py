@@ -21,12 +21,22 @@ import torch
 from tqdm import tqdm
 from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache, StaticCache
 
-from harness.backends import ChatBackend, Generation, LoadRequest, Sampling, feedable_prefix, read_every, shared_prefix
+from harness.backends import (
+    ChatBackend,
+    Generation,
+    LoadRequest,
+    Sampling,
+    feedable_prefix,
+    kv_cache,
+    read_every,
+    shared_prefix,
+)
+from harness.backends.emulated import emulated_matmul, emulation_note
 from harness.backends.opaque import is_gptqmodel_kernel, make_opaque
 from harness.backends.sampling import gumbel_choice, warped_candidates
 from harness.backends.static_cache import BUCKET, FilledMask, bind_once
 from harness.core.errors import UserError, one_line
-from harness.models import PrecisionSpec, awq_kernels
+from harness.models import PrecisionSpec, awq_kernels, fp4
 from harness.models.autoawq import require_gptqmodel
 from harness.models.weights import quantization_config
 from harness.questions.answers import FIRST_LINE, AnswerMode, finishing_tokens
@@ -77,6 +87,8 @@ class HFBackend(ChatBackend):
             _store_linear_weights_transposed(self.model)
         # Our attention keeps the shared prefix once for all rows (harness/backends/shared_prefix.py).
         self.model.set_attn_implementation(shared_prefix.NAME)
+        if precision.kv_cache == "fp8" and kv_cache.use_fp8_cache(self.model):
+            self.kv_cache = kv_cache.NOTE
         self.pad_id = self.tokenizer.pad_token_id
         if self.pad_id is None:
             self.pad_id = self.tokenizer.eos_token_id
@@ -117,11 +129,19 @@ class HFBackend(ChatBackend):
         fused kernels, whose rounding can differ from eager's) or, after a compiler failure, eagerly."""
         graphs = "; decode steps as CUDA graphs (torch.compile, inductor)" if self.static_decode and self.graphs else ""
         opaque = f", {self.opaque_layers} quantized layers one operator each" if graphs and self.opaque_layers else ""
+        if self.precision.method == "compressed":
+            return emulation_note(self.model, self.precision) + graphs
         return linear_kernel(self.model) + graphs + opaque
 
     @property
     def activation_dtype(self) -> str:
         return KERNEL_ACTIVATION_DTYPE.get(linear_kernel(self.model), self.precision.activation_dtype)
+
+    @property
+    def matmul_precision(self) -> str:
+        if self.precision.method == "compressed":
+            return emulated_matmul(self.precision)
+        return super().matmul_precision
 
     def prepare(self, prompts: list[str], budgets: list[int]):
         """Token ids of every prompt, their shared prefix and its keys and values (computed once)."""
@@ -450,6 +470,12 @@ def _load_kwargs(precision: PrecisionSpec, device: str, weights: str) -> dict:
             return {"quantization_config": BitsAndBytesConfig(load_in_8bit=True), "dtype": dtype, "device_map": device}
         quant = BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_compute_dtype=dtype)
         return {"quantization_config": quant, "device_map": device}
+    if precision.method == "compressed":
+        # compressed-tensors' formats in the checkpoint's bfloat16: transformers keeps the codes and scales, the
+        # first forward dequantizes the weights exactly, and every call quantizes the activations the scheme names
+        # (harness/backends/emulated.py says what ran).
+        fp4.register()  # E2M1 rounding of activations in one pass on a CPU (NVFP4, MXFP4)
+        return {"dtype": torch.bfloat16, "device_map": device}
     if precision.prequantized:
         # The checkpoint carries its quantization_config: compressed-tensors (llm-compressor's GPTQ) or an
         # AutoAWQ/GPTQ checkpoint, which transformers 5 reads through gptqmodel (the llama-int4 preset's path).

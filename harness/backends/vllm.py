@@ -39,7 +39,7 @@ PYTHON_OVERRIDE = "NUMPREC_VLLM_PYTHON"  # a Python with vLLM, where it is not .
 LOG_LINES = 200
 # Methods vLLM reads from the checkpoint's own quantization_config (compressed-tensors, AutoAWQ) or is told
 # (bitsandbytes); the rest of the registry's methods are transformers' or llama.cpp's.
-CHECKPOINT_METHODS = ("cast", "gptq", "awq")
+CHECKPOINT_METHODS = ("cast", "gptq", "awq", "compressed")
 
 
 def vllm_python() -> str:
@@ -150,7 +150,8 @@ def server_command(weights: str, name: str, precision: PrecisionSpec, host: str,
     precision's dtype, prefix caching, eager on a CPU, the request's own sampling settings (not the checkpoint's
     generation_config), and its console quiet (no access log, no statistics)."""
     command = [vllm_python(), "-m", "vllm.entrypoints.openai.api_server", "--model", weights]
-    command += ["--served-model-name", name, "--dtype", precision.activation_dtype, "--max-model-len", str(context)]
+    command += ["--served-model-name", name, "--dtype", precision.model_dtype, "--max-model-len", str(context)]
+    command += ["--kv-cache-dtype", "fp8"] if precision.kv_cache == "fp8" else []
     command += ["--host", host, "--port", str(port), "--seed", "0", "--enable-prefix-caching"]
     command += ["--generation-config", "vllm", "--disable-uvicorn-access-log", "--disable-log-stats"]
     command += ["--uvicorn-log-level", "warning" if verbose() else "error"]
@@ -195,12 +196,15 @@ class VLLMBackend(ChatBackend):
             "tokenizer": weights,
             "tensor_parallel_size": tensor_parallel_size,
             "enable_prefix_caching": True,
-            "dtype": precision.activation_dtype,
+            "dtype": precision.model_dtype,
             "max_model_len": max_model_len,
             # On a CPU, vLLM's torch.compile of the model costs about a minute a load for a 135M model; eager there.
             "enforce_eager": not has_cuda(),
             "seed": 0,
         }
+        if precision.kv_cache == "fp8":
+            load["kv_cache_dtype"] = "fp8"  # vLLM's fp8 E4M3 cache (scales from the checkpoint, else 1.0)
+            self.kv_cache = "fp8 e4m3 (vLLM's --kv-cache-dtype fp8)"
         if adapter:
             load.update(enable_lora=True, max_lora_rank=64)
         self.engine = Engine(vllm_python(), engine_environment(batch_invariant, tensor_parallel_size == 1))
@@ -226,6 +230,8 @@ class VLLMBackend(ChatBackend):
     def matmul_precision(self) -> str:
         """vLLM computes in its own process, whose TF32 setting this one cannot read; on a CPU there is none."""
         dtype = self.activation_dtype
+        if self.precision.method == "compressed":
+            return f"{dtype} activations as vLLM's {self.info['linear']} computes them"
         if dtype != "float32":
             return dtype
         return "ieee fp32" if self.device == "cpu" else "float32 (in vLLM's process; its TF32 setting not read)"

@@ -20,6 +20,11 @@ from harness.questions.problems import HELD_OUT_COUNT, TRAINING_LENGTHS
 # The W4A16 precision each calibration method makes (harness.quantize --method METHOD).
 W4_PRECISIONS = {"gptq": "gptq-w4", "awq": "awq-w4"}
 
+# The KV cache is an axis of its own: any precision the transformers or vLLM engine runs, with its keys and values
+# kept in fp8 E4M3 (``--kv-cache fp8``, or the precision's name with this suffix: bf16+kv-fp8, fp8-dynamic+kv-fp8).
+KV_FP8 = "+kv-fp8"
+KV_CACHE_METHODS = ("cast", "bnb", "gptq", "awq", "compressed")
+
 
 class Frozen(StrictModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -86,18 +91,39 @@ class ModelSpec(Frozen):
 
 class PrecisionSpec(Frozen):
     name: str
-    method: Literal["cast", "bnb", "gguf", "gptq", "awq"]
+    method: Literal["cast", "bnb", "gguf", "gptq", "awq", "compressed"]
     weight_dtype: str
     activation_dtype: str
     weight_bits: int
     requires: Literal["cpu", "gpu"] = "cpu"
     group_size: int | None = None
+    # the model's w4_group_size replaces group_size (a GPTQ-style group the format does not fix; NVFP4's 16 and MX's
+    # 32 are the formats' own)
+    group_adjustable: bool = False
     backend: str | None = None  # the one engine that can run it (llama.cpp for GGUF); None: any
+    scheme: str | None = None  # llm-compressor's preset that makes it (method compressed)
+    calibrate: bool = False  # the scheme has static scales found on calibration data (else made data-free)
+    recipe: Literal["rtn", "gptq", "awq", "smoothquant+gptq"] = "rtn"  # how harness.quantize finds the weights
+    kv_cache: Literal["auto", "fp8"] = "auto"  # the keys and values attention keeps: the model's dtype, or fp8 E4M3
+    weight_format: str = ""
+    activation_format: str = ""
+
+    @property
+    def weights_name(self) -> str:
+        """The precision's name without its KV cache: what a checkpoint of it is made and found as."""
+        return self.name.removesuffix(KV_FP8)
+
+    @property
+    def model_dtype(self) -> str:
+        """The dtype the model's other tensors (and an engine's ``dtype``) are in: the activations', or bfloat16 for
+        formats whose activations are quantized or that keep bfloat16 around their quantized weights."""
+        return self.activation_dtype if self.activation_dtype in ("float32", "bfloat16", "float16") else "bfloat16"
 
     @property
     def prequantized(self) -> bool:
-        """Weights that come quantized in a checkpoint of their own (GPTQ/AWQ), not made at load time."""
-        return self.method in ("gptq", "awq")
+        """Weights that come quantized in a checkpoint of their own (GPTQ/AWQ, llm-compressor's schemes), not made at
+        load time."""
+        return self.method in ("gptq", "awq", "compressed")
 
 
 class _Models(Frozen):
@@ -175,13 +201,31 @@ def tokenizer_model(model: ModelSpec) -> ModelSpec | None:
     return get_model(model.source.tokenizer) if model.source.tokenizer else None
 
 
+def known_precision(name: str) -> bool:
+    """A registry precision, or one with an fp8 KV cache."""
+    return name.removesuffix(KV_FP8) in precision_registry()
+
+
+def with_kv_cache(name: str, kv_cache: str) -> str:
+    """A precision's name with ``kv_cache`` ("auto": as it is; "fp8": with an fp8 KV cache)."""
+    return name if kv_cache == "auto" or name.endswith(KV_FP8) else name + KV_FP8
+
+
 def get_precision(model: ModelSpec, name: str) -> PrecisionSpec:
     precisions = precision_registry()
-    if name not in precisions:
-        raise UserError(f"unknown precision '{name}'; known: {', '.join(precisions)}")
-    if name not in model.precisions:
-        raise UserError(f"model {model.name} does not run at {name}; it takes: {', '.join(model.precisions)}")
-    precision = precisions[name]
-    if precision.prequantized and model.w4_group_size:
+    weights = name.removesuffix(KV_FP8)
+    if weights not in precisions:
+        raise UserError(f"unknown precision '{name}'; known: {', '.join(precisions)} (each also with {KV_FP8})")
+    if weights not in model.precisions:
+        raise UserError(f"model {model.name} does not run at {weights}; it takes: {', '.join(model.precisions)}")
+    precision = precisions[weights]
+    if precision.group_adjustable and model.w4_group_size:
         precision = precision.model_copy(update={"group_size": model.w4_group_size})
+    if name != weights:
+        if precision.method not in KV_CACHE_METHODS:
+            raise UserError(
+                f"{weights} runs on llama.cpp, whose KV cache numprec does not set; an fp8 KV cache goes with "
+                f"precisions of methods {', '.join(KV_CACHE_METHODS)}"
+            )
+        precision = precision.model_copy(update={"name": name, "kv_cache": "fp8"})
     return precision

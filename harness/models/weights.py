@@ -16,6 +16,7 @@ from pathlib import Path
 from harness.core.errors import UserError, one_line
 from harness.core.files import follow_umask, read_json
 from harness.models import W4_PRECISIONS, ModelSpec, PrecisionSpec, get_model
+from harness.models.formats import check_declared, declared_precision
 from harness.models.gguf import GGUF_VERSION, check_gguf_type, gguf_variant
 
 
@@ -124,9 +125,8 @@ def variant_weights(
             if model.kind == "hub":
                 return _hub_snapshot(model)
             raise UserError(
-                f"no {precision.name} checkpoint of {model.name} at {path}; make it with: python -m harness.quantize "
-                f"--model {model.name} --method {precision.method} --bits {precision.weight_bits} "
-                f"--group-size {precision.group_size}"
+                f"no {precision.name} checkpoint of {model.name} at {path}; make it with: "
+                f"{quantize_command(model, precision)}"
             )
         check_quantized_checkpoint(path, precision)
         return str(path)
@@ -135,9 +135,25 @@ def variant_weights(
 
 
 def quantized_dir(model: ModelSpec, precision: PrecisionSpec) -> Path:
-    """Where ``harness.quantize`` puts (and ``harness.eval`` finds) a model's GPTQ/AWQ checkpoint by default."""
+    """Where ``harness.quantize`` puts (and ``harness.eval`` finds) a model's quantized checkpoint by default."""
+    if precision.method == "compressed":
+        return cache_root() / "quantized" / f"{model.name}-{precision.weights_name}{_group_tag(precision)}"
     return (
         cache_root() / "quantized" / f"{model.name}-{precision.method}-w{precision.weight_bits}-g{precision.group_size}"
+    )
+
+
+def _group_tag(precision: PrecisionSpec) -> str:
+    return f"-g{precision.group_size}" if precision.group_adjustable else ""
+
+
+def quantize_command(model: ModelSpec, precision: PrecisionSpec) -> str:
+    """The harness.quantize command that makes ``precision``'s checkpoint of ``model`` where harness.eval finds it."""
+    if precision.method == "compressed":
+        return f"python -m harness.quantize --model {model.name} --precision {precision.weights_name}"
+    return (
+        f"python -m harness.quantize --model {model.name} --method {precision.method} --bits {precision.weight_bits} "
+        f"--group-size {precision.group_size}"
     )
 
 
@@ -250,8 +266,11 @@ def check_quantized_checkpoint(path: Path, precision: PrecisionSpec) -> None:
     if not config:
         raise UserError(
             f"{path} holds an unquantized checkpoint, not {precision.name}; pass the directory "
-            f"python -m harness.quantize --method {precision.method} wrote"
+            f"python -m harness.quantize {quantize_flag(precision)} wrote"
         )
+    if precision.method == "compressed" or declared_precision(config) not in (None, "gptq-w4"):
+        check_declared(str(path), config, precision)
+        return
     recorded = quantization_summary(config)
     if recorded.get("bits") not in (None, precision.weight_bits):
         raise UserError(f"{path} is a {recorded['bits']}-bit checkpoint, not {precision.name}")
@@ -295,12 +314,19 @@ def quantization_summary(config: dict) -> dict:
     return {"bits": config.get("bits"), "group_size": config.get("group_size"), "format": config.get("quant_method")}
 
 
+def quantize_flag(precision: PrecisionSpec) -> str:
+    if precision.method == "compressed":
+        return f"--precision {precision.weights_name}"
+    return f"--method {precision.method}"
+
+
 def check_unquantized(model_path: str | None) -> None:
     """A cast precision on a quantized checkpoint would label 4-bit weights fp32/bf16."""
-    if model_path and quantization_config(model_path):
-        raise UserError(
-            f"--model-path {model_path} is a quantized checkpoint; evaluate it with --precision gptq-w4 or awq-w4"
-        )
+    config = quantization_config(model_path) if model_path else None
+    if config:
+        declared = declared_precision(config)
+        which = declared or ("awq-w4" if config.get("quant_method") == "awq" else "gptq-w4 or awq-w4")
+        raise UserError(f"--model-path {model_path} is a quantized checkpoint; evaluate it with --precision {which}")
 
 
 def _hub_snapshot(model: ModelSpec) -> str:

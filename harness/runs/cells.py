@@ -177,6 +177,7 @@ def score_cell(backend, cell: Cell, spec: RunSpec, generations, wall: float, tok
         tokens_per_s=tokens_per_s,
         kernel=backend.kernel,
         matmul_precision=backend.matmul_precision,
+        kv_cache=backend.kv_cache,
         prompt_style=spec.prompt,
         answer_mode=spec.answer.describe(),
         **length_fields(samples),

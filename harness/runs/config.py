@@ -14,7 +14,7 @@ from harness.backends import BACKENDS
 from harness.core.bounds import BATCH_SIZE, SAMPLES, SEED, TENSOR_PARALLEL, Bound, parse_int_list, unique
 from harness.core.configfiles import Lengths, Names, StrictModel, load_yaml_model
 from harness.core.errors import UserError
-from harness.models import get_model, precision_registry
+from harness.models import get_model, known_precision, precision_registry
 from harness.questions.answers import FIRST_LINE, AnswerMode, FreeForm
 from harness.questions.problems import BASE, Task, check_cell_bounds, parse_task
 from harness.questions.prompts import PROMPT_STYLES, prompt_deviations
@@ -55,10 +55,9 @@ def _api_bases(value: str | None) -> str | None:
 
 def _known_precisions(names: list[str]) -> list[str]:
     """A misspelt name must not quietly drop out of the list (the model would run at another precision)."""
-    known = precision_registry()
     for name in names:
-        if name not in known:
-            raise ValueError(f"unknown precision '{name}'; known: {', '.join(known)}")
+        if not known_precision(name):
+            raise ValueError(f"unknown precision '{name}'; known: {', '.join(precision_registry())}")
     return names
 
 
@@ -137,6 +136,13 @@ class EvalConfig(StrictModel):
         bool,
         Field(description="vllm: batch-invariant kernels (VLLM_BATCH_INVARIANT=1), recorded in the rows"),
     ] = False
+    kv_cache: Annotated[
+        Literal["auto", "fp8"],
+        Field(
+            description="the attention's keys and values: auto (the model's dtype) or fp8 (E4M3, scale 1 as vLLM "
+            "keeps them; every precision's name gains +kv-fp8)"
+        ),
+    ] = "auto"
     # --backend api: a served model (harness/backends/api/)
     api_base: Annotated[
         str | None,
@@ -173,7 +179,7 @@ class EvalConfig(StrictModel):
 SETTINGS = ("samples", "seed", "decoding", "base", "batch_size", "backend", "tensor_parallel_size", "invariance_check")
 SETTINGS += ("batch_invariant", "api_base", "api_model", "api_endpoint", "concurrency", "api_timeout", "api_retries")
 SETTINGS += ("api_accept_model", "api_allow_other_endpoint", "seeds", "prompt", "answer", "max_new_tokens", "think_end")
-SETTINGS += ("thinking",)
+SETTINGS += ("thinking", "kv_cache")
 SPEC_FIELD = {"answer": "answer_name"}  # RunSpec.answer is the answer mode the setting names
 API_SETTINGS = ("api_base", "api_model", "api_endpoint", "concurrency", "api_timeout", "api_retries")
 API_SETTINGS += ("api_accept_model", "api_allow_other_endpoint")
@@ -258,6 +264,7 @@ class RunSpec:
     max_new_tokens: int | None = None
     think_end: str = FreeForm.think_end
     thinking: str = "auto"
+    kv_cache: str = "auto"
 
     @property
     def answer(self) -> AnswerMode:

@@ -19,12 +19,15 @@ from harness.models import (
     get_precision,
     held_out,
     tokenizer_model,
+    with_kv_cache,
 )
+from harness.models.formats import declared_precision
 from harness.models.weights import (
     check_adapter_dir,
     check_hardware,
     check_transformers_can_read,
     check_weights,
+    quantization_config,
     resolve_weights,
     variant_weights,
 )
@@ -54,18 +57,25 @@ class Variant:
 
 
 def precisions_for(model: ModelSpec, spec: RunSpec) -> list[str]:
-    """--precision is strict; a config's precisions apply where the model takes them, else its default."""
+    """--precision is strict; a --model-path checkpoint whose quantization_config declares a registry precision runs at
+    it; a config's precisions apply where the model takes them, else its default."""
     if spec.precisions:
         return spec.precisions
+    declared = declared_precision(quantization_config(spec.model_path)) if spec.model_path else None
+    if declared:
+        return [declared]
     taken = [name for name in spec.config_precisions or [] if name in model.precisions]
     return taken or [model.default_precision]
 
 
 def series_of(spec: RunSpec) -> list[tuple[str, str]]:
-    """(model, precision) of every series, in order: a config's variants, or each model at its precisions."""
+    """(model, precision) of every series, in order: a config's variants, or each model at its precisions; with
+    --kv-cache fp8, each precision with an fp8 KV cache."""
     if spec.variants:
-        return list(spec.variants)
-    return [(name, precision) for name in spec.models for precision in precisions_for(get_model(name), spec)]
+        series = list(spec.variants)
+    else:
+        series = [(name, precision) for name in spec.models for precision in precisions_for(get_model(name), spec)]
+    return [(name, with_kv_cache(precision, spec.kv_cache)) for name, precision in series]
 
 
 def plan_variants(spec: RunSpec) -> list[Variant]:

@@ -57,6 +57,8 @@ class CellResult:
     kernel: str = ""
     # The matrix multiplies' arithmetic in force: "ieee fp32", "ieee fp32 (tf32 off)", "tf32", bfloat16, ...
     matmul_precision: str = ""
+    # What the attention's KV cache held where a precision set it (+kv-fp8): its format and how it ran
+    kv_cache: str = ""
     # --invariance-check K: the cell's first K problems generated again one at a time (batch size 1); how many
     # outputs and how many verdicts differ from the batched run. Reduced precision can make greedy answers depend
     # on the batch (padding and kernel choice change the order of float sums).
@@ -105,6 +107,7 @@ LATER_COLUMNS = {"kernel", "matmul_precision", "flip_k", "flip_outputs", "flip_v
 LATER_COLUMNS |= {"precision_source", "endpoint", "served_model", "request_mode", "decoding_params", "prompt_tokens"}
 LATER_COLUMNS |= {"machine", "cut_replies", "prompt_style", "answer_mode", "tokens_mean", "tokens_median"}
 LATER_COLUMNS |= {"tokens_p90", "tokens_max", "thinking_tokens_mean", "answer_tokens_mean", "truncated", "conflicts"}
+LATER_COLUMNS |= {"kv_cache"}
 _INT_COLUMNS = {f.name for f in fields(CellResult) if f.type == "int"}
 _FLOAT_COLUMNS = {f.name for f in fields(CellResult) if f.type == "float"}
 

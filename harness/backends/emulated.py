@@ -1,0 +1,63 @@
+"""What a row says of a compressed-tensors format run by transformers (FP8, INT8 W8A8, NVFP4, MXFP4, ...): emulated,
+not a low-precision kernel. compressed-tensors dequantizes each layer's stored codes with their scales once (each
+product rounded once to bfloat16; exact for MX's power-of-two scales) and, where the scheme quantizes activations,
+replaces each linear layer's input by its quantize-dequantize with the format's scales, rounding and saturation at
+every call (``compressed_tensors.quantization.lifecycle.forward``); the matmul is then bfloat16's. A real FP8 or FP4
+kernel multiplies the same grid values, accumulates in fp32 in another order and applies the scales after the sum.
+tests/harness/models/test_formats.py checks one layer of each format against the formats' definitions, bit for bit.
+
+The note is read from the loaded model, not from the registry: a layer whose scheme lost its activation quantization
+says so.
+"""
+
+from __future__ import annotations
+
+from importlib.metadata import version
+
+import torch
+
+from harness.models import PrecisionSpec
+
+
+def _first_quantized_layer(model: torch.nn.Module):
+    for name, module in model.named_modules():
+        if name.endswith("self_attn.q_proj"):
+            return getattr(module, "base_layer", module)
+    return None
+
+
+def _side(args) -> str:
+    if args is None:
+        return "none"
+    size = f" g{args.group_size}" if args.group_size else ""
+    block = f" block {args.block_structure}" if args.block_structure else ""
+    dynamic = {True: ", scales at run time", "local": ", local scales at run time"}.get(args.dynamic, "")
+    return f"{args.type}{args.num_bits} {args.strategy}{size}{block}{dynamic}"
+
+
+def emulation_note(model: torch.nn.Module, precision: PrecisionSpec) -> str:
+    """The kernel column of an emulated format: who computes it, what the loaded layers quantize, and the matmul.
+
+    A model whose layers carry no compressed-tensors scheme is said to be what it is (``not emulated``)."""
+    layer = _first_quantized_layer(model)
+    scheme = getattr(layer, "quantization_scheme", None)
+    if scheme is None:
+        return f"not emulated: {type(layer).__name__} layers carry no compressed-tensors scheme"
+    enabled = getattr(layer, "quantization_enabled", True)
+    activations = _side(scheme.input_activations) if enabled else "off"
+    # transformers' CompressedTensorsConfig wraps compressed-tensors' own config, which lists the layers left out
+    config = getattr(model.config, "quantization_config", None)
+    ignored = getattr(getattr(config, "quantization_config", None), "ignore", None)
+    return (
+        f"emulated by compressed-tensors {version('compressed-tensors')} ({precision.scheme}): weights "
+        f"{_side(scheme.weights)} dequantized to {layer.weight.dtype} once; activations {activations} quantized and "
+        f"dequantized at each call; {layer.weight.dtype} matmul; unquantized: {', '.join(ignored or ['none'])}"
+    ).replace("torch.", "")
+
+
+def emulated_matmul(precision: PrecisionSpec) -> str:
+    """The matmul_precision column: the arithmetic is bfloat16's, on the format's grid values where activations are
+    quantized."""
+    if precision.activation_dtype == "bfloat16":
+        return "bfloat16 (weights on the format's grid)"
+    return f"bfloat16 on {precision.activation_dtype} grid values (emulated)"

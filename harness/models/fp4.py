@@ -1,0 +1,67 @@
+"""FP4 (E2M1) rounding and packing on the CPU in one pass, for compressed-tensors' NVFP4 and MXFP4.
+
+compressed-tensors rounds to the E2M1 grid and packs codes with a Triton kernel on a GPU; its CPU fallback makes
+eight boolean masks over the whole tensor and assigns through each (``cast_to_fp4``), then eight more to find the
+codes (``pack_fp4_to_uint8``). On 2 cores that is about 0.3 us a weight for each: most of the 218-364 s an MXFP4A16
+checkpoint of the 135M model took to save, and a cost on every activation an NVFP4/MXFP4 layer quantizes at run
+time. ``register`` adds a CPU implementation of both through compressed-tensors' own backend registry
+(``ImplBackend.register``) that computes the same values elementwise, without masks (tests/harness/models/test_fp4.py
+checks every bfloat16 value against the fallback, sign of zero included).
+
+>>> import torch
+>>> cast_to_fp4_cpu(torch.tensor([0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0, -7.0]))
+tensor([ 0.,  1.,  1.,  2.,  2.,  4.,  4., -6.])
+"""
+
+from __future__ import annotations
+
+import torch
+
+# A value on the E2M1 grid, doubled (0, 1, 2, 3, 4, 6, 8, 12), to its 3-bit code.
+_CODE_OF_DOUBLED = torch.tensor([0, 1, 2, 3, 4, 0, 5, 0, 6, 0, 0, 0, 7], dtype=torch.uint8)
+_MANTISSA_DROPPED = 22  # of float32's 23 mantissa bits, E2M1 keeps 1
+
+
+def cast_to_fp4_cpu(x: torch.Tensor) -> torch.Tensor:
+    """The E2M1 value nearest each element, ties to the even code, saturating at 6, in x's dtype and signed as
+    ``torch.sign`` signs it. Magnitudes of 1 and more keep one mantissa bit (float32's rounded to nearest even by
+    integer arithmetic on its bits); below 1 the grid is E2M1's subnormal step of 0.5."""
+    magnitude = x.abs().float()
+    bits = magnitude.view(torch.int32)
+    half, low = 1 << (_MANTISSA_DROPPED - 1), (1 << _MANTISSA_DROPPED) - 1
+    kept = (bits + (half - 1) + ((bits >> _MANTISSA_DROPPED) & 1)) & ~low
+    normal = kept.view(torch.float32)
+    subnormal = torch.round(magnitude * 2) / 2  # torch.round: half to even
+    rounded = torch.where(magnitude < 1, subnormal, normal).clamp_(max=6.0)
+    return (rounded * torch.sign(x.float())).to(x.dtype)
+
+
+def pack_fp4_to_uint8_cpu(x: torch.Tensor) -> torch.Tensor:
+    """Two E2M1 values (already on the grid) a byte: the code in the low three bits of each nibble, the sign above,
+    the even column in the low nibble."""
+    rows, columns = x.shape
+    if columns % 2:
+        raise ValueError("tensor must have an even number of columns for nvfp4 compression")
+    codes = _CODE_OF_DOUBLED[(x.abs() * 2).to(torch.int64)]
+    nibbles = codes | (torch.signbit(x).to(torch.uint8) << 3)
+    pairs = nibbles.reshape(-1, 2)
+    return (pairs[:, 0] | (pairs[:, 1] << 4)).reshape(rows, columns // 2)
+
+
+def _on_cpu(x: torch.Tensor, *args, **kwargs) -> bool:
+    return x.device.type == "cpu"
+
+
+_registered = False
+
+
+def register() -> None:
+    """Make compressed-tensors use the one-pass CPU versions for CPU tensors (its Triton kernels keep GPU ones)."""
+    global _registered
+    if _registered:
+        return
+    from compressed_tensors.utils.impl_backend import ImplBackend
+
+    ImplBackend.register("cast_to_fp4", _on_cpu, 1)(cast_to_fp4_cpu)
+    ImplBackend.register("pack_fp4_to_uint8", _on_cpu, 1)(pack_fp4_to_uint8_cpu)
+    _registered = True

@@ -1,0 +1,134 @@
+"""The formats of now (FP8, FP8 blocks, INT8 W8A8, W4A8, NVFP4, MXFP4, MXFP8 and the A16 variants), made as a user
+makes them (python -m harness.quantize --precision NAME, llm-compressor in its own environment) of the small Llama,
+loaded as the transformers backend loads them, and computed as each format prescribes: one linear layer's output
+equals, bit for bit, what tests/harness/models/format_reference.py computes from the format's definition and the
+layer's stored codes and scales; the same reference with one scale convention changed does not. A checkpoint runs at
+the precision its quantization_config declares, and only at that one."""
+
+from __future__ import annotations
+
+import csv
+import json
+import subprocess
+from functools import cache
+from pathlib import Path
+
+import pytest
+import torch
+
+from harness.backends.hf import _load_kwargs
+from harness.models import precision_registry
+from harness.models.formats import declared_precision
+from harness.models.weights import quantization_config
+from harness.quantize import HANDED_OVER, QUANTIZE_ENV
+from tests.console import assert_numprec_console
+from tests.harness.helpers import ROOT, assert_user_error, command_env, needs_quantize_env, run_module
+from tests.harness.models.format_reference import FORMATS, layer_output, stored
+
+pytestmark = [needs_quantize_env, pytest.mark.xdist_group("formats")]  # one worker makes the checkpoints once
+
+LAYER = "model.layers.3.mlp.down_proj"
+MAKE_ALL = """
+import sys
+from harness.quantize import main
+for name in sys.argv[2:]:
+    assert main(["--model", "smollm2", "--model-path", sys.argv[1], "--precision", name, "--samples", "8",
+                 "--out", f"{sys.argv[1]}-{name}"]) == 0
+"""
+
+
+@pytest.fixture(scope="session")
+def checkpoints(tiny_llama) -> dict[str, Path]:
+    """Every format's checkpoint of the small Llama, made by harness.quantize's own code in one process of the
+    quantization environment (the command hands itself over to it, as here)."""
+    env = {**command_env(), "PYTHONPATH": str(ROOT), HANDED_OVER: "1"}
+    result = subprocess.run(
+        [str(QUANTIZE_ENV / "bin" / "python"), "-c", MAKE_ALL, str(tiny_llama), *FORMATS],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=env,
+        timeout=900,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    return {name: Path(f"{tiny_llama}-{name}") for name in FORMATS}
+
+
+@cache
+def loaded(checkpoint: Path, name: str):
+    """The checkpoint as the transformers backend loads it, after one forward (which dequantizes the weights)."""
+    from transformers import AutoModelForCausalLM
+
+    kwargs = _load_kwargs(precision_registry()[name], "cpu", str(checkpoint))
+    model = AutoModelForCausalLM.from_pretrained(checkpoint, **kwargs).eval()
+    with torch.no_grad():
+        model(torch.tensor([[1, 2, 3, 4]]))
+    return model
+
+
+def hard_input(columns: int) -> torch.Tensor:
+    """Two sequences of five tokens whose inputs span five decades (saturating groups, tiny groups), one token's first
+    32 inputs zero (a scale of zero)."""
+    generator = torch.Generator().manual_seed(0)
+    spread = torch.logspace(-3, 2, columns)[torch.randperm(columns, generator=generator)]
+    x = (torch.randn(2, 5, columns, generator=generator) * spread).to(torch.bfloat16)
+    x[0, 0, :32] = 0
+    return x
+
+
+@pytest.mark.parametrize("name", list(FORMATS))
+def test_a_layer_computes_its_format_bit_for_bit(checkpoints, name):
+    """The dequantized weights and the layer's output, for a hard input and for the hidden states the model itself
+    feeds the layer, equal the definition's; with one scale convention changed, the outputs differ."""
+    model = loaded(checkpoints[name], name)
+    layer = model.get_submodule(LAYER)
+    tensors = stored(checkpoints[name], LAYER)
+    assert torch.equal(layer.weight, FORMATS[name].weight(tensors))
+    x = hard_input(layer.in_features)
+    with torch.no_grad():
+        output = layer(x)
+        seen = {}
+        hook = layer.register_forward_hook(lambda module, args, out: seen.update(x=args[0], out=out))
+        model(torch.tensor([[1, 17, 2, 345, 99, 8]]))
+        hook.remove()
+    assert output.dtype == torch.bfloat16 and torch.equal(output, layer_output(name, tensors, x))
+    assert torch.equal(seen["out"], layer_output(name, tensors, seen["x"]))
+    changed = layer_output(name, tensors, x, changed=True)
+    assert not torch.equal(output, changed), f"{name}: {FORMATS[name].changed} went unnoticed"
+
+
+def test_each_checkpoint_declares_its_precision(checkpoints):
+    assert {name: declared_precision(quantization_config(path)) for name, path in checkpoints.items()} == {
+        name: name for name in FORMATS
+    }
+    made = json.loads((checkpoints["nvfp4"] / "numprec_quantize.json").read_text())
+    assert made["scheme"] == "NVFP4" and made["calibration_samples"] == 8  # static activation scales: calibrated
+    made = json.loads((checkpoints["mxfp4"] / "numprec_quantize.json").read_text())
+    assert made["calibration_samples"] == 0  # every scale from the weights or at run time: data-free
+
+
+def test_a_checkpoint_runs_at_the_precision_it_declares(checkpoints, tmp_path):
+    """--model-path alone: the row is the declared precision's, says it was emulated and how, and the console is
+    numprec's (compressed-tensors' bars and torchao's load failures silenced)."""
+    out = tmp_path / "run"
+    grid = ["--tasks", "add", "--lengths", "1", "--samples", "2"]
+    result = run_module("harness.eval", "--model-path", str(checkpoints["nvfp4"]), *grid, "--out", str(out))
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert_numprec_console(result)
+    with open(out / "results.csv", newline="") as handle:
+        (row,) = list(csv.DictReader(handle))
+    assert (row["precision"], row["method"], row["weight_dtype"]) == ("nvfp4", "compressed", "float4_e2m1")
+    assert row["kernel"].startswith("emulated by compressed-tensors") and "float4 tensor_group g16" in row["kernel"]
+    assert row["matmul_precision"] == "bfloat16 on float4_e2m1 grid values (emulated)"
+
+
+@pytest.mark.parametrize(
+    "precision,expected",
+    [("mxfp4", "is a nvfp4 checkpoint"), ("fp32", "evaluate it with --precision nvfp4")],
+)
+def test_another_precision_asked_of_a_checkpoint_is_one_line(checkpoints, tmp_path, precision, expected):
+    out = tmp_path / "run"
+    args = ["--model-path", str(checkpoints["nvfp4"]), "--precision", precision, "--tasks", "add", "--lengths", "1"]
+    result = run_module("harness.eval", *args, "--out", str(out))
+    assert_user_error(result, expected)
+    assert not out.exists()
