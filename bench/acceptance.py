@@ -90,10 +90,26 @@ def train_figures(logs: Path, device: str) -> tuple[Figures, dict]:
     return figures, goals
 
 
+def fp8_figures(logs: Path, device: str) -> tuple[Figures, dict]:
+    results = _json(logs / "bench-fp8" / "results.json").get("fp8", {})
+    names = ("architecture", "rows", "fp8_layers", "fp8_tensor_cores", "bf16_tokens_per_s", "fp8_tokens_per_s")
+    figures = {name: results.get(name) for name in names}
+    figures |= {
+        "fp8_over_bf16": results.get("fp8_over_bf16"),
+        "kernel_equals_emulation_share": _ratio(results.get("kernel_equals_emulation"), results.get("prompts")),
+        "kernel_equals_bf16_share": _ratio(results.get("kernel_equals_bf16"), results.get("prompts")),
+    }
+    goals = {"kernel_equals_emulation_share": (">=", 0.9)}
+    if device != "cpu":
+        goals |= {"fp8_over_bf16": (">=", 1.3)}
+    return figures, goals
+
+
 STEPS: dict[str, Callable[[Path, str], tuple[Figures, dict]]] = {
     "awq": awq_figures,
     "tests": tests_figures,
     "decode": decode_figures,
+    "fp8": fp8_figures,
     "train": train_figures,
 }
 COMPARE = {"==": lambda a, b: a == b, ">=": lambda a, b: a >= b, "<=": lambda a, b: a <= b, "<": lambda a, b: a < b}
@@ -123,7 +139,7 @@ def _json(path: Path) -> dict:
 
 
 def _ratio(top, bottom) -> float | None:
-    return top / bottom if top and bottom else None
+    return top / bottom if top is not None and bottom else None
 
 
 def main(argv: Sequence[str] | None = None) -> int:

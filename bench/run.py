@@ -44,6 +44,7 @@ from bench.api import api_markdown, bench_api
 from bench.common import log, median, quick_grid_problems
 from bench.decode import bench_cell, bench_decode, cell_markdown, decode_markdown
 from bench.evaluation import bench_eval, eval_markdown, run_engine
+from bench.fp8 import bench_fp8, fp8_markdown
 from bench.rundir import bench_rundir, rundir_markdown
 from bench.scoring import bench_scoring, scoring_markdown
 from bench.train import bench_train, train_markdown
@@ -286,6 +287,18 @@ PARTS = (
         lambda figures: decode_markdown("The decode loop's overhead", figures),
     ),
     Part("loop_cell", "loop", _decode("tiny", bench_cell), cell_markdown),
+    Part(
+        "fp8",
+        "fp8",
+        lambda args, work: bench_fp8(
+            "llama-3.1-8b" if args.device == "cuda" else "tiny",
+            args.device,
+            args.repeats,
+            args.threads,
+            args.batch_size,
+        ),
+        fp8_markdown,
+    ),
     Part("api", "api", lambda args, work: bench_api(args.repeats, args.threads), api_markdown),
     Part("rundir", "rundir", lambda args, work: bench_rundir(), rundir_markdown),
     Part("scoring", "scoring", lambda args, work: bench_scoring(args.repeats), scoring_markdown),

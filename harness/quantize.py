@@ -207,9 +207,9 @@ def quantize(
     source = resolve_weights(model, model_path)
     torch.manual_seed(seed)
     tokenizer = AutoTokenizer.from_pretrained(source)
-    # The formats' scales are found in the checkpoint's bfloat16, as llm-compressor makes published ones (a cast
-    # afterwards would round scales the codes were computed with); W4A16 calibrates as calibration_dtype says.
-    calibration = "bfloat16" if precision.method == "compressed" else calibration_dtype()
+    # llm-compressor computes the codes when the checkpoint is saved, from the weights and scales as they are then
+    # (bfloat16, after the cast below), whatever dtype the calibration ran in.
+    calibration = calibration_dtype()
     network = AutoModelForCausalLM.from_pretrained(source, dtype=getattr(torch, calibration))
     texts = calibration_texts(tokenizer, samples, seed) if calibrates(precision) else []
     data = {}
@@ -272,8 +272,11 @@ def check_checkpoint_out(out: Path) -> None:
         )
 
 
-def check_group_size(model: ModelSpec, group_size: int, model_path: str | None = None) -> None:
-    """Groups must tile every quantized row; llm-compressor would find out only after loading the model."""
+def check_group_size(
+    model: ModelSpec, group_size: int, model_path: str | None = None, precision: PrecisionSpec | None = None
+) -> None:
+    """Groups must tile every quantized row; llm-compressor would find out only after loading the model. A format
+    whose groups are its own (fp8-block's 128) cannot be made of a model they do not tile."""
     if group_size < 1:
         raise UserError(f"--group-size must be positive, got {group_size}")
     local = model_path or model.kind != "hub"
@@ -283,6 +286,11 @@ def check_group_size(model: ModelSpec, group_size: int, model_path: str | None =
     config = json.loads(config_path.read_text(encoding="utf-8"))
     widths = {config.get("hidden_size"), config.get("intermediate_size")} - {None}
     bad = sorted(width for width in widths if width % group_size)
+    if bad and precision is not None and not precision.group_adjustable:
+        raise UserError(
+            f"{precision.name} quantizes in groups of {group_size}, which do not tile {model.name}'s layer widths "
+            f"{sorted(widths)}; this format cannot be made of this model"
+        )
     if bad:
         fits = [g for g in (32, 64, 128) if all(width % g == 0 for width in widths)]
         raise UserError(
@@ -365,7 +373,7 @@ def checked_settings(args) -> tuple[ModelSpec, PrecisionSpec, int, str | None, P
             )
         check_unquantized(model_path)
     if group_size:
-        check_group_size(model, group_size, model_path)
+        check_group_size(model, group_size, model_path, precision)
     out = args.out or quantized_dir(model, precision)
     check_checkpoint_out(out)
     if args.out is None and group_size != precision.group_size:

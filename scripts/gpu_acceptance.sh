@@ -12,15 +12,18 @@
 #   tests    pytest -m gpu and the CUDA-touching tests of the backend, the AWQ kernels, scratch, the bench  (150 s)
 #   decode   the 8B architecture (random, bf16) at 256 rows: the quick grid's batch against generate() and
 #            the roofline, one cell's batch against its bounds (weights and KV read), the first compile apart (190 s)
+#   fp8      the 8B architecture at 256 rows, bf16 against its fp8-dynamic rounding on FP8 tensor cores
+#            (torch._scaled_mm), and those answers against compressed-tensors' emulation (issue 50)        (150 s)
 #   train    scratch's packed step, one shape per precision, alone and packed, over one data pool           (150 s)
 #
 # The limits come from the last call's measurements (Marlin's build: over 150 s; the 8B decode: 39 s compiling,
-# then ~2 s a call), with room: about 12 minutes in all at most, 8 when every step ends as measured.
+# then ~2 s a call), with room: about 14 minutes in all at most, 10 when every step ends as measured; fp8 has
+# not run on a GPU yet (its limit is a guess: a minute to build the model, three compiles of 39 s).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 device=cuda
 if [ "${1:-}" = --cpu ]; then device=cpu; shift; fi
-[ "${1:-}" = all ] && set -- awq tests decode train
+[ "${1:-}" = all ] && set -- awq tests decode fp8 train
 out=$(realpath -m "${OUT:-gpu-out}")
 logs=$(mktemp -d)
 mkdir -p "$out"
@@ -65,9 +68,12 @@ for what in "$@"; do
         section=eval; [ "$device" = cpu ] && section=loop
         step decode "${DECODE_SECONDS:-190}" "$python" -m bench.run --only "$section" --device "$device" \
             --repeats 2 --batch-size "$rows" --out "$logs/bench-decode" ;;
+    fp8)
+        step fp8 "${FP8_SECONDS:-150}" "$python" -m bench.run --only fp8 --device "$device" --repeats 1 \
+            --batch-size "$rows" --out "$logs/bench-fp8" ;;
     train)
         step train "${TRAIN_SECONDS:-150}" "$python" -m bench.run --only train --device "$device" --quick \
             --repeats 1 --out "$logs/bench-train" ;;
-    *) echo "unknown step $what (all, awq, tests, decode, train)"; exit 2 ;;
+    *) echo "unknown step $what (all, awq, tests, decode, fp8, train)"; exit 2 ;;
     esac
 done

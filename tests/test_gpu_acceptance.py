@@ -28,7 +28,7 @@ def test_the_acceptance_call_runs_on_the_cpu_and_brings_back_two_files(tmp_path)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert sorted(p.name for p in out.iterdir()) == ["logs.tgz", "results.json"]
     results = json.loads((out / "results.json").read_text())
-    assert results["device"] == "cpu" and list(results["steps"]) == ["awq", "tests", "decode", "train"]
+    assert results["device"] == "cpu" and list(results["steps"]) == ["awq", "tests", "decode", "fp8", "train"]
     for name, step in results["steps"].items():
         assert step["rc"] == 0 and not step["timed_out"], (name, step)
         assert all(verdict["met"] is not None for verdict in step["goals"].values()), (name, step["goals"])
@@ -37,7 +37,9 @@ def test_the_acceptance_call_runs_on_the_cpu_and_brings_back_two_files(tmp_path)
     assert figures["tests"]["failures"] == 0 and figures["tests"]["tests"] >= 1
     assert figures["decode"]["architecture"] == "tiny" and figures["decode"]["cell_step_s"] > 0
     assert figures["decode"]["cell_kv_bytes_per_step"] > 0
+    assert figures["fp8"]["fp8_layers"] > 0 and figures["fp8"]["fp8_tokens_per_s"] > 0
+    assert figures["fp8"]["kernel_equals_emulation_share"] is not None
     assert figures["train"]["data_share_max"] < 1 and any("flash" in ran for ran in figures["train"]["ran"])
     with tarfile.open(out / "logs.tgz") as logs:
         names = set(logs.getnames())
-    assert {"./steps.log", "./awq.log", "./tests.log", "./decode.log", "./train.log"} <= names
+    assert {"./steps.log", "./awq.log", "./tests.log", "./decode.log", "./fp8.log", "./train.log"} <= names

@@ -32,20 +32,21 @@ from harness.backends import (
     shared_prefix,
 )
 from harness.backends.emulated import emulated_matmul, emulation_note
+from harness.backends.fp8_linear import KERNEL as FP8_KERNEL
+from harness.backends.fp8_linear import fp8_matmuls, has_fp8_matmul, use_fp8_matmuls
+from harness.backends.hf_loading import (
+    KERNEL_ACTIVATION_DTYPE,
+    linear_kernel,
+    load_kwargs,
+    store_linear_weights_transposed,
+    with_adapter,
+)
 from harness.backends.opaque import is_gptqmodel_kernel, make_opaque
 from harness.backends.sampling import gumbel_choice, warped_candidates
 from harness.backends.static_cache import BUCKET, FilledMask, bind_once
-from harness.core.errors import UserError, one_line
-from harness.models import PrecisionSpec, awq_kernels, fp4
-from harness.models.autoawq import require_gptqmodel
-from harness.models.weights import quantization_config
+from harness.core.errors import one_line
+from harness.models import PrecisionSpec
 from harness.questions.answers import FIRST_LINE, AnswerMode, finishing_tokens
-
-TORCH_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-# Kernels that compute in another dtype than the model's. gptqmodel's CPU AWQ kernel casts activations and scales
-# to bfloat16 for aten's int4 matmul (_weight_int4pack_mm_for_cpu), so "awq-w4" on a CPU is W4A16 in bf16, not fp16
-# (tests/harness/models/test_autoawq.py observes it).
-KERNEL_ACTIVATION_DTYPE = {"gptqmodel.TorchAtenAwqLinear": "bfloat16"}
 
 
 class HFBackend(ChatBackend):
@@ -65,11 +66,11 @@ class HFBackend(ChatBackend):
     ):
         torch.set_num_threads(threads or int(os.environ.get("NUMPREC_THREADS", torch.get_num_threads())))
         device = "cuda" if torch.cuda.is_available() else "cpu"
-        model = AutoModelForCausalLM.from_pretrained(weights, **_load_kwargs(precision, device, weights)).eval()
+        model = AutoModelForCausalLM.from_pretrained(weights, **load_kwargs(precision, device, weights)).eval()
         if adapter:
             # Fold LoRA into unquantized weights (same outputs, no adapter overhead); a 4-bit base keeps it apart,
             # as merging would requantize the base.
-            model = _with_adapter(model, adapter, merge=precision.method == "cast")
+            model = with_adapter(model, adapter, merge=precision.method == "cast")
         self._setup(model, AutoTokenizer.from_pretrained(weights), precision, batch_size)
 
     @classmethod
@@ -84,7 +85,10 @@ class HFBackend(ChatBackend):
         self.model, self.tokenizer, self.precision, self.batch_size = model, tokenizer, precision, batch_size
         self.device = model.device.type
         if precision.method == "cast" and self.device == "cpu":
-            _store_linear_weights_transposed(self.model)
+            store_linear_weights_transposed(self.model)
+        # FP8 tensor cores where the card has them; every other format (and FP8 elsewhere) runs emulated
+        if has_fp8_matmul(self.device):
+            use_fp8_matmuls(self.model)
         # Our attention keeps the shared prefix once for all rows (harness/backends/shared_prefix.py).
         self.model.set_attn_implementation(shared_prefix.NAME)
         if precision.kv_cache == "fp8" and kv_cache.use_fp8_cache(self.model):
@@ -129,6 +133,8 @@ class HFBackend(ChatBackend):
         fused kernels, whose rounding can differ from eager's) or, after a compiler failure, eagerly."""
         graphs = "; decode steps as CUDA graphs (torch.compile, inductor)" if self.static_decode and self.graphs else ""
         opaque = f", {self.opaque_layers} quantized layers one operator each" if graphs and self.opaque_layers else ""
+        if fp8_matmuls(self.model):
+            return f"{FP8_KERNEL}, {fp8_matmuls(self.model)} layers{graphs}"
         if self.precision.method == "compressed":
             return emulation_note(self.model, self.precision) + graphs
         return linear_kernel(self.model) + graphs + opaque
@@ -139,6 +145,8 @@ class HFBackend(ChatBackend):
 
     @property
     def matmul_precision(self) -> str:
+        if fp8_matmuls(self.model):
+            return "float8_e4m3fn x float8_e4m3fn, float32 accumulation"
         if self.precision.method == "compressed":
             return emulated_matmul(self.precision)
         return super().matmul_precision
@@ -423,88 +431,6 @@ class _HostStop:
 
     def generated(self) -> list[list[int]]:
         return [self.tokens[row, : self.counts[row]].tolist() for row in range(len(self.counts))]
-
-
-def linear_kernel(model: torch.nn.Module) -> str:
-    """The module class that runs the decoder's linear layers, as the loaded model has it: torch.Linear for casts,
-    bitsandbytes.Linear4bit, gptqmodel.TorchAtenAwqLinear (AWQ on CPU) or a CUDA kernel class on a GPU, with
-    "+compressed-tensors" where compressed-tensors unpacks 4-bit weights for torch's own matmul."""
-    for name, module in model.named_modules():
-        if name.endswith("self_attn.q_proj"):
-            module = getattr(module, "base_layer", module)  # a peft LoRA wrapper around the quantized layer
-            kind = type(module)
-            label = f"{kind.__module__.split('.')[0]}.{kind.__name__}"
-            return label + ("+compressed-tensors" if hasattr(module, "quantization_scheme") else "")
-    return "unknown"
-
-
-def _store_linear_weights_transposed(model: torch.nn.Module) -> None:
-    """Keep each Linear's weight as the transposed view of an [in, out] array: F.linear then hands the CPU
-    GEMM a plain row-major right operand, 1.4-1.8x faster for the few-row products of decoding (measured here
-    for 576 x 1536 at 8-29 rows; 1.4x for the 49152-row lm_head). Same values, same memory; ties survive.
-    float32 only: a CPU without bf16 instructions (AVX2 alone) multiplies bfloat16 by such a view 10-30x slower
-    than by the plain layout (measured here: 733 ms vs 23 s for the 140 x 576 x 49152 lm_head)."""
-    done = set()
-    for module in model.modules():
-        weight = getattr(module, "weight", None)
-        plain = type(module) is torch.nn.Linear and weight is not None and weight.dtype == torch.float32
-        if plain and id(weight) not in done:
-            weight.data = weight.data.t().contiguous().t()
-            done.add(id(weight))
-
-
-def _load_kwargs(precision: PrecisionSpec, device: str, weights: str) -> dict:
-    if precision.method == "cast":
-        return {"dtype": TORCH_DTYPES[precision.weight_dtype], "device_map": device}
-    if precision.method == "bnb":
-        try:
-            import bitsandbytes  # noqa: F401
-            from transformers import BitsAndBytesConfig
-        except ImportError:
-            raise UserError(
-                f"precision {precision.name} needs bitsandbytes; run: pip install 'bitsandbytes>=0.47'"
-            ) from None
-        dtype = TORCH_DTYPES[precision.activation_dtype]
-        if precision.weight_dtype == "int8":
-            # LLM.int8's matmul casts its inputs to fp16 anyway; loading in fp16 makes that the recorded truth.
-            return {"quantization_config": BitsAndBytesConfig(load_in_8bit=True), "dtype": dtype, "device_map": device}
-        quant = BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_compute_dtype=dtype)
-        return {"quantization_config": quant, "device_map": device}
-    if precision.method == "compressed":
-        # compressed-tensors' formats in the checkpoint's bfloat16: transformers keeps the codes and scales, the
-        # first forward dequantizes the weights exactly, and every call quantizes the activations the scheme names
-        # (harness/backends/emulated.py says what ran).
-        fp4.register()  # E2M1 rounding of activations in one pass on a CPU (NVFP4, MXFP4)
-        return {"dtype": torch.bfloat16, "device_map": device}
-    if precision.prequantized:
-        # The checkpoint carries its quantization_config: compressed-tensors (llm-compressor's GPTQ) or an
-        # AutoAWQ/GPTQ checkpoint, which transformers 5 reads through gptqmodel (the llama-int4 preset's path).
-        stored = quantization_config(weights) or {}
-        if stored.get("quant_method") in ("awq", "gptq"):
-            require_gptqmodel()
-        kwargs = {"dtype": TORCH_DTYPES[precision.activation_dtype], "device_map": device}
-        if stored.get("quant_method") == "awq":
-            # gptqmodel's kernel, chosen and (where it must be) built before loading, each step said
-            kernel = awq_kernels.choose(device)
-            kernel, _ = awq_kernels.prepare(kernel, lambda line: tqdm.write(line, file=sys.stderr))
-            if kernel.backend != "auto":
-                from transformers import AwqConfig
-
-                bits, group = stored.get("bits", 4), stored.get("group_size", 128)
-                kwargs["quantization_config"] = AwqConfig(bits=bits, group_size=group, backend=kernel.backend)
-        return kwargs
-    raise UserError(f"precision {precision.name} (method {precision.method}) has no transformers loader")
-
-
-def _with_adapter(model, adapter: str, merge: bool):
-    try:
-        from peft import PeftModel
-    except ImportError:
-        raise UserError("--adapter needs peft; run: pip install 'peft>=0.17'") from None
-    if not os.path.isfile(os.path.join(adapter, "adapter_config.json")):
-        raise UserError(f"--adapter {adapter} is not a peft adapter directory (no adapter_config.json)")
-    model = PeftModel.from_pretrained(model, adapter)
-    return (model.merge_and_unload() if merge else model).eval()
 
 
 def _as_list(value) -> list:

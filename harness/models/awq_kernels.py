@@ -13,7 +13,7 @@ first time it is used: minutes, with nothing said (on an H100, 2026-11-26: still
   torch's, which need no build; a build that fails falls back to them too, with one line that says why;
 - ``NUMPREC_AWQ_KERNEL=marlin|triton|torch`` chooses one.
 
-The kernel that ran is read off the loaded model into every row (harness/backends/hf.py's ``linear_kernel``).
+The kernel that ran is read off the loaded model into every row (harness/backends/hf_loading.py's ``linear_kernel``).
 """
 
 from __future__ import annotations

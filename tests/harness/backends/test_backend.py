@@ -198,7 +198,7 @@ def test_only_float32_weights_are_stored_transposed():
     keep the plain one, float32 weights take the transposed one, and both keep their values."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from harness.backends.hf import _store_linear_weights_transposed
+    from harness.backends.hf_loading import store_linear_weights_transposed
 
     config = LlamaConfig(
         vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2
@@ -206,7 +206,7 @@ def test_only_float32_weights_are_stored_transposed():
     for dtype, transposed in ((torch.float32, True), (torch.bfloat16, False)):
         model = LlamaForCausalLM(config).to(dtype)
         before = {name: p.detach().clone() for name, p in model.named_parameters()}
-        _store_linear_weights_transposed(model)
+        store_linear_weights_transposed(model)
         weight = model.model.layers[0].mlp.up_proj.weight
         assert weight.t().is_contiguous() is transposed and weight.is_contiguous() is not transposed
         assert all(torch.equal(p, before[name]) for name, p in model.named_parameters())

@@ -324,7 +324,7 @@ def test_the_kernel_named_before_loading_is_the_one_that_runs(tiny_autoawq):
     a backend passed down (torch's AWQ kernel) reaches gptqmodel's selection."""
     from transformers import AutoModelForCausalLM, AwqConfig
 
-    from harness.backends.hf import linear_kernel
+    from harness.backends.hf_loading import linear_kernel
 
     path = tiny_autoawq[0]
     named = awq_kernels.choose("cpu").name

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from harness.backends.hf import _load_kwargs
+from harness.backends.hf_loading import load_kwargs
 from harness.models import precision_registry
 from harness.models.formats import declared_precision
 from harness.models.weights import quantization_config
@@ -59,7 +59,7 @@ def loaded(checkpoint: Path, name: str):
     """The checkpoint as the transformers backend loads it, after one forward (which dequantizes the weights)."""
     from transformers import AutoModelForCausalLM
 
-    kwargs = _load_kwargs(precision_registry()[name], "cpu", str(checkpoint))
+    kwargs = load_kwargs(precision_registry()[name], "cpu", str(checkpoint))
     model = AutoModelForCausalLM.from_pretrained(checkpoint, **kwargs).eval()
     with torch.no_grad():
         model(torch.tensor([[1, 2, 3, 4]]))
@@ -132,3 +132,29 @@ def test_another_precision_asked_of_a_checkpoint_is_one_line(checkpoints, tmp_pa
     result = run_module("harness.eval", *args, "--out", str(out))
     assert_user_error(result, expected)
     assert not out.exists()
+
+
+def test_fp8_dynamic_layers_on_scaled_mm_compute_fp8_products(checkpoints):
+    """Where a card has FP8 matmuls, fp8-dynamic's layers become torch._scaled_mm (run here on torch's CPU version):
+    the stored E4M3 weights times the input rounded per token to E4M3 (scale absmax / 448 in float32, as vLLM
+    computes it), summed in float32, both scales applied to the sum: equal to that product taken exactly, within
+    bfloat16's rounding of the result; every quantized layer replaced, the output head kept."""
+    from transformers import AutoModelForCausalLM
+
+    from harness.backends.fp8_linear import ScaledMMLinear, fp8_matmuls, use_fp8_matmuls
+
+    path = checkpoints["fp8-dynamic"]
+    model = AutoModelForCausalLM.from_pretrained(path, **load_kwargs(precision_registry()["fp8-dynamic"], "cpu", path))
+    assert use_fp8_matmuls(model) == fp8_matmuls(model) == 4 * 7
+    assert type(model.lm_head) is torch.nn.Linear
+    layer = model.get_submodule(LAYER)
+    assert isinstance(layer, ScaledMMLinear) and layer.weight.dtype == torch.float8_e4m3fn
+    x = hard_input(layer.in_features)
+    tensors = stored(path, LAYER)
+    rows = x.reshape(-1, layer.in_features).double()
+    scale = rows.abs().amax(-1, keepdim=True).float().double() / 448
+    codes = (rows / scale.clamp(min=1e-38)).clamp(-448, 448).float().to(torch.float8_e4m3fn).double()
+    exact = (codes * scale) @ (tensors["weight"].double() * tensors["weight_scale"].double()).T
+    with torch.no_grad():
+        output = layer(x).reshape(exact.shape)
+    torch.testing.assert_close(output.double(), exact, rtol=2**-7, atol=1e-3)
