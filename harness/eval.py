@@ -24,6 +24,7 @@ from harness.models import (
     tokenizer_model,
 )
 from harness.models.weights import (
+    model_location,
     resolve_weights,
     runtime_adapter,
     variant_weights,
@@ -184,7 +185,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--precision", type=name_list, help="e.g. fp32,bf16 (default: each model's own)")
     parser.add_argument("--out", type=output_dir, help="run directory (default: runs/eval/CONFIG-DECODING-nN-seedS)")
     parser.add_argument(
-        "--model-path", type=input_path, help="load the (single) model's weights from this directory instead"
+        "--model-path",
+        type=model_location,
+        help="load the (single) model's weights from this directory (or a hub id in the local cache) instead",
     )
     parser.add_argument("--adapter", type=input_path, help="a peft LoRA/QLoRA adapter directory to apply to the model")
     add_setting_flags(parser)  # --samples, --seed, --decoding, --base, --batch-size, ...: the config's own fields

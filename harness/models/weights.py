@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import re
 import shutil
 import sys
 from collections.abc import Callable
@@ -327,6 +328,29 @@ def check_unquantized(model_path: str | None) -> None:
         declared = declared_precision(config)
         which = declared or ("awq-w4" if config.get("quant_method") == "awq" else "gptq-w4 or awq-w4")
         raise UserError(f"--model-path {model_path} is a quantized checkpoint; evaluate it with --precision {which}")
+
+
+HUB_ID = re.compile(r"^[\w.-]+/[\w.-]+$")
+
+
+def model_location(text: str) -> Path:
+    """argparse type of --model-path: a file or directory, or a hub repo id (``owner/name``) whose snapshot is in the
+    local Hugging Face cache (nothing is downloaded: a published checkpoint is fetched where the hub is reachable)."""
+    import argparse
+
+    from harness.core.cli import input_path
+
+    if Path(text).exists() or not HUB_ID.match(text):
+        return input_path(text)
+    from huggingface_hub import try_to_load_from_cache
+
+    found = try_to_load_from_cache(text, "config.json")
+    if not isinstance(found, str):
+        raise argparse.ArgumentTypeError(
+            f"{text} is neither a path here nor a model in the local Hugging Face cache; fetch it where the hub is "
+            f"reachable (hf download {text}) or give its directory"
+        )
+    return Path(found).parent
 
 
 def _hub_snapshot(model: ModelSpec) -> str:

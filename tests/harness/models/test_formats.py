@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import csv
 import json
+import shutil
 import subprocess
 from functools import cache
 from pathlib import Path
@@ -107,12 +108,24 @@ def test_each_checkpoint_declares_its_precision(checkpoints):
     assert made["calibration_samples"] == 0  # every scale from the weights or at run time: data-free
 
 
-def test_a_checkpoint_runs_at_the_precision_it_declares(checkpoints, tmp_path):
-    """--model-path alone: the row is the declared precision's, says it was emulated and how, and the console is
-    numprec's (compressed-tensors' bars and torchao's load failures silenced)."""
+def published(checkpoint: Path, cache: Path, repo: str) -> dict:
+    """``checkpoint`` laid out as the hub's download leaves a repo in a Hugging Face cache; the environment that
+    reads that cache."""
+    snapshot = cache / f"models--{repo.replace('/', '--')}" / "snapshots" / "0123abcd"
+    shutil.copytree(checkpoint, snapshot)
+    (snapshot.parents[1] / "refs").mkdir()
+    (snapshot.parents[1] / "refs" / "main").write_text("0123abcd")
+    return {"HF_HUB_CACHE": str(cache)}
+
+
+def test_a_published_checkpoint_runs_at_the_precision_it_declares(checkpoints, tmp_path):
+    """--model-path with a hub id of the local cache alone: the row is the declared precision's, says it was
+    emulated and how, and the console is numprec's (compressed-tensors' bars and torchao's load failures
+    silenced)."""
     out = tmp_path / "run"
     grid = ["--tasks", "add", "--lengths", "1", "--samples", "2"]
-    result = run_module("harness.eval", "--model-path", str(checkpoints["nvfp4"]), *grid, "--out", str(out))
+    env = published(checkpoints["nvfp4"], tmp_path / "hub", "someone/tiny-llama-NVFP4")
+    result = run_module("harness.eval", "--model-path", "someone/tiny-llama-NVFP4", *grid, "--out", str(out), env=env)
     assert result.returncode == 0, result.stderr[-3000:]
     assert_numprec_console(result)
     with open(out / "results.csv", newline="") as handle:
