@@ -78,3 +78,18 @@ def test_verbose_shows_the_libraries_again(tmp_path):
     assert loud.returncode == 2 and foreign_lines(loud.stderr), loud.stderr
     by_variable = run_module("harness.eval", *args, cwd=tmp_path, env={"NUMPREC_VERBOSE": "1"})
     assert by_variable.returncode == 2 and foreign_lines(by_variable.stderr), by_variable.stderr
+
+
+def test_a_bar_another_library_opens_itself_stays_closed():
+    """compressed-tensors opens its loading bars with ``disable`` of its own, past TQDM_DISABLE: a bar opened from a
+    module outside numprec's packages opens disabled, one of numprec's keeps what it asked for."""
+    from harness.core.quiet import silence_libraries, verbose
+
+    if verbose():
+        pytest.skip("NUMPREC_VERBOSE is set: the libraries speak")
+    silence_libraries()
+    code = "import io, tqdm\nbar = tqdm.tqdm(total=3, disable=False, file=io.StringIO())\nopened = bar.disable"
+    foreign, own = {}, {}
+    exec(code, {"__name__": "compressed_tensors.utils.offload"}, foreign)
+    exec(code, {"__name__": "harness.runs.cells"}, own)
+    assert foreign["opened"] is True and own["opened"] is False

@@ -8,7 +8,8 @@ INFO). Each is silenced at its source before anything heavy is imported (``harne
 ``silence_libraries`` when a numprec package is imported):
 
 - environment switches the libraries read when they load (transformers' verbosity, Hugging Face and tqdm progress
-  bars; numprec's own bars pass ``disable`` explicitly, so TQDM_DISABLE leaves them alone);
+  bars; numprec's own bars pass ``disable`` explicitly, so TQDM_DISABLE leaves them alone); a bar another library
+  opens with ``disable`` of its own (compressed-tensors' loading bars) opens disabled all the same;
 - the root logger gets a handler of its own that drops records, so a library's ``logging.basicConfig`` is a no-op
   and log lines of libraries without handlers of their own go nowhere; torch's, torchao's and bitsandbytes'
   loggers are set to ERROR;
@@ -79,10 +80,37 @@ def silence_libraries() -> None:
         logging.getLogger(name).setLevel(logging.ERROR)
     # module is a regular expression matched at the start of the module a warning is attributed to
     warnings.filterwarnings("ignore", module=rf"(?!(?:{'|'.join(OWN_PACKAGES)})(?:\.|$))")
+    _quiet_foreign_bars()
     if "logbar" in sys.modules:
         _quiet_logbar(sys.modules["logbar"])
     elif not any(isinstance(finder, _QuietLogbar) for finder in sys.meta_path):
         sys.meta_path.insert(0, _QuietLogbar())
+
+
+def _creator(frame) -> str:
+    """The module that asked for a progress bar: the first caller outside tqdm's own modules."""
+    while frame is not None and frame.f_globals.get("__name__", "").startswith("tqdm"):
+        frame = frame.f_back
+    return frame.f_globals.get("__name__", "") if frame is not None else ""
+
+
+def _quiet_foreign_bars() -> None:
+    """Bars other libraries open with ``disable`` passed explicitly (compressed-tensors' "Applying quantization
+    config", "Dispatching model", "Decompressing model"), which TQDM_DISABLE cannot reach, open disabled; numprec's
+    own bars are untouched."""
+    import tqdm
+
+    original = tqdm.tqdm.__init__
+    if getattr(original, "numprec_quiet", False):
+        return
+
+    def quiet_init(bar, *args, **kwargs):
+        if _creator(sys._getframe(1)).split(".")[0] not in OWN_PACKAGES:
+            kwargs["disable"] = True
+        original(bar, *args, **kwargs)
+
+    quiet_init.numprec_quiet = True
+    tqdm.tqdm.__init__ = quiet_init
 
 
 def _quiet_logbar(logbar) -> None:

@@ -128,6 +128,8 @@ def test_a_published_checkpoint_runs_at_the_precision_it_declares(checkpoints, t
     result = run_module("harness.eval", "--model-path", "someone/tiny-llama-NVFP4", *grid, "--out", str(out), env=env)
     assert result.returncode == 0, result.stderr[-3000:]
     assert_numprec_console(result)
+    for bar in ("Applying quantization config", "Dispatching model", "Decompressing model"):
+        assert bar not in result.stderr  # compressed-tensors' own bars
     with open(out / "results.csv", newline="") as handle:
         (row,) = list(csv.DictReader(handle))
     assert (row["precision"], row["method"], row["weight_dtype"]) == ("nvfp4", "compressed", "float4_e2m1")
