@@ -42,7 +42,8 @@ from harness.core.files import follow_umask
 from harness.core.lock import DirectoryLock
 from harness.models import W4_PRECISIONS, ModelSpec, PrecisionSpec, get_model, get_precision, precision_registry
 from harness.models.autoawq import require_gptqmodel
-from harness.models.weights import check_unquantized, quantized_dir, resolve_weights
+from harness.models.checkpoints import check_unquantized
+from harness.models.weights import quantized_dir, resolve_weights
 from harness.questions.problems import HELD_OUT_COUNT, TRAINING_LENGTHS, heldout_problems, parse_task
 from harness.questions.prompts import user_message
 

@@ -13,7 +13,7 @@ from tqdm import tqdm
 from harness.core.errors import UserError
 from harness.models import PrecisionSpec, awq_kernels, fp4
 from harness.models.autoawq import require_gptqmodel
-from harness.models.weights import quantization_config
+from harness.models.checkpoints import quantization_config
 
 TORCH_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 # Kernels that compute in another dtype than the model's. gptqmodel's CPU AWQ kernel casts activations and scales

@@ -21,13 +21,12 @@ from harness.models import (
     tokenizer_model,
     with_kv_cache,
 )
+from harness.models.checkpoints import check_transformers_can_read, quantization_config
 from harness.models.formats import declared_precision
 from harness.models.weights import (
     check_adapter_dir,
     check_hardware,
-    check_transformers_can_read,
     check_weights,
-    quantization_config,
     resolve_weights,
     variant_weights,
 )

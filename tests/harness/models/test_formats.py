@@ -19,8 +19,8 @@ import torch
 
 from harness.backends.hf_loading import load_kwargs
 from harness.models import precision_registry
+from harness.models.checkpoints import quantization_config
 from harness.models.formats import declared_precision
-from harness.models.weights import quantization_config
 from harness.quantize import HANDED_OVER, QUANTIZE_ENV
 from tests.console import assert_numprec_console
 from tests.harness.helpers import ROOT, assert_user_error, command_env, needs_quantize_env, run_module
