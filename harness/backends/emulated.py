@@ -16,14 +16,8 @@ from importlib.metadata import version
 
 import torch
 
+from harness.backends.hf_loading import query_projection
 from harness.models import PrecisionSpec
-
-
-def _first_quantized_layer(model: torch.nn.Module):
-    for name, module in model.named_modules():
-        if name.endswith("self_attn.q_proj"):
-            return getattr(module, "base_layer", module)
-    return None
 
 
 def _side(args) -> str:
@@ -39,7 +33,7 @@ def emulation_note(model: torch.nn.Module, precision: PrecisionSpec) -> str:
     """The kernel column of an emulated format: who computes it, what the loaded layers quantize, and the matmul.
 
     A model whose layers carry no compressed-tensors scheme is said to be what it is (``not emulated``)."""
-    layer = _first_quantized_layer(model)
+    layer = query_projection(model)
     scheme = getattr(layer, "quantization_scheme", None)
     if scheme is None:
         return f"not emulated: {type(layer).__name__} layers carry no compressed-tensors scheme"

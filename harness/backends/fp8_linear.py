@@ -11,6 +11,8 @@ suite compare this path with the emulation here (tests/harness/backends/test_fp8
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 
 E4M3_MAX = 448.0
@@ -80,28 +82,34 @@ def _is_fp8_dynamic(module: torch.nn.Module) -> bool:
     )
 
 
-def use_fp8_matmuls(model: torch.nn.Module) -> int:
-    """Replace every still-compressed FP8-dynamic linear layer of ``model`` by a ``ScaledMMLinear``; how many."""
-    found = [(name, module) for name, module in model.named_modules() if _is_fp8_dynamic(module)]
+def _replace(model: torch.nn.Module, chosen: Callable[[str, torch.nn.Module], bool], make) -> int:
+    """Put ``make(module)`` in place of every module of ``model`` that ``chosen(name, module)`` picks; how many."""
+    found = [(name, module) for name, module in model.named_modules() if chosen(name, module)]
     for name, module in found:
         parent, _, child = name.rpartition(".")
-        replacement = ScaledMMLinear(module.weight.data, module.weight_scale.data, module.bias)
-        setattr(model.get_submodule(parent), child, replacement.to(module.weight.device))
+        setattr(model.get_submodule(parent), child, make(module))
     return len(found)
+
+
+def use_fp8_matmuls(model: torch.nn.Module) -> int:
+    """Replace every still-compressed FP8-dynamic linear layer of ``model`` by a ``ScaledMMLinear``; how many."""
+    return _replace(
+        model,
+        lambda name, module: _is_fp8_dynamic(module),
+        lambda module: ScaledMMLinear(module.weight.data, module.weight_scale.data, module.bias).to(
+            module.weight.device
+        ),
+    )
 
 
 def round_to_fp8(model: torch.nn.Module) -> int:
     """Replace every decoder linear layer of a bfloat16 ``model`` (the output head stays, as ``ignore: lm_head``
     keeps it) by its data-free FP8 rounding; how many."""
-    found = [
-        (name, module)
-        for name, module in model.named_modules()
-        if type(module) is torch.nn.Linear and name.split(".")[-1] != "lm_head"
-    ]
-    for name, module in found:
-        parent, _, child = name.rpartition(".")
-        setattr(model.get_submodule(parent), child, ScaledMMLinear.rounded_from(module))
-    return len(found)
+    return _replace(
+        model,
+        lambda name, module: type(module) is torch.nn.Linear and name.split(".")[-1] != "lm_head",
+        ScaledMMLinear.rounded_from,
+    )
 
 
 def set_emulated(model: torch.nn.Module, emulated: bool) -> None:

@@ -133,8 +133,9 @@ class HFBackend(ChatBackend):
         fused kernels, whose rounding can differ from eager's) or, after a compiler failure, eagerly."""
         graphs = "; decode steps as CUDA graphs (torch.compile, inductor)" if self.static_decode and self.graphs else ""
         opaque = f", {self.opaque_layers} quantized layers one operator each" if graphs and self.opaque_layers else ""
-        if fp8_matmuls(self.model):
-            return f"{FP8_KERNEL}, {fp8_matmuls(self.model)} layers{graphs}"
+        fp8_layers = fp8_matmuls(self.model)
+        if fp8_layers:
+            return f"{FP8_KERNEL}, {fp8_layers} layers{graphs}"
         if self.precision.method == "compressed":
             return emulation_note(self.model, self.precision) + graphs
         return linear_kernel(self.model) + graphs + opaque

@@ -22,17 +22,25 @@ TORCH_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16":
 KERNEL_ACTIVATION_DTYPE = {"gptqmodel.TorchAtenAwqLinear": "bfloat16"}
 
 
+def query_projection(model: torch.nn.Module) -> torch.nn.Module | None:
+    """The first attention layer's query projection, the decoder's linear layers' representative (inside a peft LoRA
+    wrapper, the quantized layer it wraps); None for a model without one."""
+    for name, module in model.named_modules():
+        if name.endswith("self_attn.q_proj"):
+            return getattr(module, "base_layer", module)
+    return None
+
+
 def linear_kernel(model: torch.nn.Module) -> str:
     """The module class that runs the decoder's linear layers, as the loaded model has it: torch.Linear for casts,
     bitsandbytes.Linear4bit, gptqmodel.TorchAtenAwqLinear (AWQ on CPU) or a CUDA kernel class on a GPU, with
     "+compressed-tensors" where compressed-tensors unpacks 4-bit weights for torch's own matmul."""
-    for name, module in model.named_modules():
-        if name.endswith("self_attn.q_proj"):
-            module = getattr(module, "base_layer", module)  # a peft LoRA wrapper around the quantized layer
-            kind = type(module)
-            label = f"{kind.__module__.split('.')[0]}.{kind.__name__}"
-            return label + ("+compressed-tensors" if hasattr(module, "quantization_scheme") else "")
-    return "unknown"
+    module = query_projection(model)
+    if module is None:
+        return "unknown"
+    kind = type(module)
+    label = f"{kind.__module__.split('.')[0]}.{kind.__name__}"
+    return label + ("+compressed-tensors" if hasattr(module, "quantization_scheme") else "")
 
 
 def store_linear_weights_transposed(model: torch.nn.Module) -> None:

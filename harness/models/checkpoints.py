@@ -94,6 +94,7 @@ def quantization_summary(config: dict) -> dict:
 
 
 def quantize_flag(precision: PrecisionSpec) -> str:
+    """How harness.quantize is told to make ``precision``: by its name (the formats) or its W4A16 method."""
     if precision.method == "compressed":
         return f"--precision {precision.weights_name}"
     return f"--method {precision.method}"

@@ -17,7 +17,7 @@ from pathlib import Path
 from harness.core.errors import UserError, one_line
 from harness.core.files import follow_umask, read_json
 from harness.models import ModelSpec, PrecisionSpec, get_model
-from harness.models.checkpoints import check_quantized_checkpoint, check_unquantized, quantization_config
+from harness.models.checkpoints import check_quantized_checkpoint, check_unquantized, quantization_config, quantize_flag
 from harness.models.gguf import GGUF_VERSION, check_gguf_type, gguf_variant
 
 
@@ -150,12 +150,10 @@ def _group_tag(precision: PrecisionSpec) -> str:
 
 def quantize_command(model: ModelSpec, precision: PrecisionSpec) -> str:
     """The harness.quantize command that makes ``precision``'s checkpoint of ``model`` where harness.eval finds it."""
+    command = f"python -m harness.quantize --model {model.name} {quantize_flag(precision)}"
     if precision.method == "compressed":
-        return f"python -m harness.quantize --model {model.name} --precision {precision.weights_name}"
-    return (
-        f"python -m harness.quantize --model {model.name} --method {precision.method} --bits {precision.weight_bits} "
-        f"--group-size {precision.group_size}"
-    )
+        return command
+    return f"{command} --bits {precision.weight_bits} --group-size {precision.group_size}"
 
 
 def check_model_dir(path: Path) -> Path:

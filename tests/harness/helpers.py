@@ -9,6 +9,8 @@ import pytest
 
 from harness.backends.vllm import VLLM_ENV
 from harness.quantize import QUANTIZE_ENV
+from harness.questions.problems import generate
+from harness.questions.prompts import user_message
 from harness.serve import free_port  # noqa: F401  (the tests' free port)
 from tests.needs import require
 
@@ -56,3 +58,9 @@ def assert_user_error(result: subprocess.CompletedProcess, *fragments: str) -> N
     assert lines[0].startswith("error: ")
     for fragment in fragments:
         assert fragment in lines[0], lines[0]
+
+
+def prompts_for(backend, task, length, count, seed=0):
+    """``count`` problems of a cell and their prompts in ``backend``'s chat template."""
+    problems = generate(task, 10, length, count, seed)
+    return problems, [backend.chat_prompt(user_message(p)) for p in problems]

@@ -8,13 +8,9 @@ from harness.questions.answers import FIRST_LINE
 from harness.questions.problems import Task, generate
 from harness.questions.prompts import user_message
 from tests.devices import HAS_CUDA
+from tests.harness.helpers import prompts_for
 
 GREEDY = Sampling.named("greedy")
-
-
-def prompts_for(backend, task, length, count, seed=0):
-    problems = generate(task, 10, length, count, seed)
-    return problems, [backend.chat_prompt(user_message(p)) for p in problems]
 
 
 def test_prompt_is_the_papers_template_in_the_chat_template(smollm2_fp32):

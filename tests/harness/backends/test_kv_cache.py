@@ -17,8 +17,7 @@ from harness.models import get_model, get_precision
 from harness.models.weights import resolve_weights
 from harness.questions.answers import FIRST_LINE
 from harness.questions.problems import Task
-from tests.harness.backends.test_backend import prompts_for
-from tests.harness.helpers import assert_user_error, run_module
+from tests.harness.helpers import assert_user_error, prompts_for, run_module
 
 GREEDY_OPTIONS = {"do_sample": False, "top_k": None, "top_p": None, "temperature": None}
 

@@ -10,7 +10,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from harness.backends import Sampling
 from harness.questions.answers import FreeForm
 from harness.questions.problems import Task
-from tests.harness.backends.test_backend import prompts_for
+from tests.harness.helpers import prompts_for
 
 GREEDY = Sampling.named("greedy")
 WRITES = {"index_copy_", "copy_", "fill_", "zero_", "index_copy", "index_put_", "slice_scatter"}
