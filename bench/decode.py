@@ -284,6 +284,19 @@ def cell_flops(model, prefix_tokens: int, suffix_tokens: int, rows: int) -> tupl
     return prefill, 2 * (body + head.numel()) * rows
 
 
+def timed_steps(backend, call) -> float:
+    """A decode step's seconds, each step timed itself (the clock read as its tokens reach the host, on the dynamic
+    path): the median interval between steps, which a loaded machine lengthens but cannot make negative, as it can
+    a difference of two separately timed calls."""
+    backend.step_clock = []
+    try:
+        call()
+        clock = backend.step_clock
+    finally:
+        backend.step_clock = None
+    return median([later - earlier for earlier, later in zip(clock, clock[1:], strict=False)])
+
+
 def steps_by_read_every(backend, timed_call, prefill: float, budget: int) -> dict[int, float]:
     """A decode step's seconds with the host reading the chosen tokens every 1, 4, 8 and 16 steps."""
     default, steps = backend.read_every, {}
@@ -339,7 +352,7 @@ def bench_cell(architecture: str, device: str, repeats: int, threads: int, rows:
     synchronize(device)
     first_call = time.perf_counter() - started
     prefill, whole = timed(1), timed(budget)
-    step = (whole - prefill) / (budget - 1)
+    step = timed_steps(backend, lambda: call(budget)) if not backend.static_decode else (whole - prefill) / (budget - 1)
     kv_bytes = kv_bytes_per_step(model.config, rows, max(len(row) - len(prefix) for row in ids), budget, dtype)
     floor, prefill_bound = (weight_bytes + kv_bytes) / rate, prefill_flops / matmul
     step_bound = max(floor, step_flops / matmul)  # a step reads the weights once and does its rows' FLOPs

@@ -15,9 +15,9 @@ from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
 
-from harness.core.cli import ArgParser, command_line, input_path, output_dir, run
+from harness.core.cli import ArgParser, input_path, invocation, output_dir, run
 from harness.core.files import atomic_write_text
-from harness.reports.destinations import check_out_dir, staged_dir
+from harness.reports.promotion import prepare_out_dir, staged_dir
 from harness.runs.stored import StoredRun, read_finished
 
 CARD = """---
@@ -101,10 +101,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("run", type=input_path, help="a run directory written by harness.eval (or harness.report)")
     parser.add_argument("--out", type=output_dir, required=True, help="the dataset directory to write")
     args = parser.parse_args(argv)
-    command = command_line("harness.export", argv)
-    check_out_dir(args.out, [args.run], "harness.export", command)
+    invoked = invocation("harness.export", args, argv)
+    prepare_out_dir(args.out, [args.run], "harness.export")
     finished = read_finished(args.run)
-    with staged_dir(args.out, [args.run], "harness.export", command) as stage:
+    with staged_dir(args.out, [args.run], "harness.export", invoked) as stage:
         written = export(finished, stage)
     print(f"wrote {args.out}/ ({', '.join(path.name for path in written)})")
     return 0

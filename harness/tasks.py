@@ -27,7 +27,7 @@ from pathlib import Path
 import yaml
 
 from harness.core.bounds import SAMPLES, SEED
-from harness.core.cli import ArgParser, command_line, int_list, name_list, output_dir, run
+from harness.core.cli import ArgParser, int_list, invocation, name_list, output_dir, run
 from harness.core.errors import UserError
 from harness.core.files import atomic_write_text
 from harness.models import get_model, tokenizer_model
@@ -35,7 +35,7 @@ from harness.models.weights import resolve_weights
 from harness.questions.answers import FIRST_LINE, AnswerMode
 from harness.questions.problems import Task, generate
 from harness.questions.prompts import PROMPT_STYLES, user_message
-from harness.reports.destinations import check_out_dir, staged_dir
+from harness.reports.promotion import prepare_out_dir, staged_dir
 from harness.runs.config import build_spec, load_config
 from harness.scoring import Extraction, is_correct, judge
 
@@ -174,8 +174,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--prompt", choices=tuple(PROMPT_STYLES), help="prompt style (default few-shot)")
     parser.add_argument("--model", default="smollm2", help="whose tokenizer counts each cell's budget")
     args = parser.parse_args(argv)
-    command = command_line("harness.tasks", argv)
-    check_out_dir(args.out, [], "harness.tasks", command)
+    invoked = invocation("harness.tasks", args, argv)
+    prepare_out_dir(args.out, [], "harness.tasks")
     config_name, config = load_config(args.config)
     settings = {"samples": args.samples, "seed": args.seed, "prompt": args.prompt}
     spec = build_spec(
@@ -189,7 +189,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         for task, lengths in spec.grid
         for length in lengths
     }
-    with staged_dir(args.out, [], "harness.tasks", command) as stage:
+    with staged_dir(args.out, [], "harness.tasks", invoked) as stage:
         names = write_lm_eval(
             stage, spec.grid, spec.base, spec.samples, spec.seed, spec.prompt,
             lambda task, length: budgets[(task.label, length)], args.out,

@@ -2,7 +2,8 @@
 api backend: a status with headers (429 with Retry-After, 500), a dropped connection, a reply slower than the client's
 timeout, a reply that is not JSON, a reply whose text is null, one from another model, one that ignores the stop and
 runs to megabytes, an error that echoes the request's Authorization header, a redirect to another port. It counts the
-completion requests it forwarded and answered, and remembers the Authorization headers it saw."""
+completion requests it forwarded and answered, remembers the Authorization headers it saw, and records each fault
+it served with the request it met, so that a test asserts the fault fired where it meant it to."""
 
 from __future__ import annotations
 
@@ -34,6 +35,7 @@ class FaultProxy:
         self.refused = 0
         self.most_in_flight = 0
         self.failed_at: float | None = None  # when a status fault was last answered (time.monotonic)
+        self.served: list[tuple[tuple, str]] = []  # each fault as it met a request: (fault, the request's prompt)
         self.lock = threading.Lock()
         proxy = self
 
@@ -61,6 +63,8 @@ class FaultProxy:
                         proxy.refused += busy
                         if not busy:
                             fault = proxy.faults.popleft() if proxy.faults else None
+                            if fault is not None:
+                                proxy.served.append((fault, prompt_of(proxy.bodies[-1])))
                             proxy.in_flight += 1
                             proxy.most_in_flight = max(proxy.most_in_flight, proxy.in_flight)
                     if busy:
@@ -148,6 +152,11 @@ class FaultProxy:
     def __exit__(self, *exc) -> None:
         self.server.shutdown()
         self.server.server_close()
+
+
+def prompt_of(body: dict) -> str:
+    """What a completion request asked: its prompt, or its chat messages as text."""
+    return str(body.get("prompt", body.get("messages")))
 
 
 def rewritten(data: bytes, fault, answer_as: str | None) -> bytes:

@@ -114,6 +114,8 @@ class HFBackend(ChatBackend):
             torch.set_float32_matmul_precision("highest")
         self.graphs = self.device == "cuda"  # the static path's steps run as CUDA graphs (else eagerly: tests)
         self.compile_seconds: dict[tuple[int, int], float] = {}  # per step shape: its first call (compiling)
+        # When a list (the bench's), the dynamic path appends the clock as each step's tokens reach the host
+        self.step_clock: list[float] | None = None
         self._step = None
         # quantized layers made one operator each in the compiled step (harness/backends/opaque.py)
         self.opaque_layers = 0
@@ -247,6 +249,8 @@ class HFBackend(ChatBackend):
                     prefix_kv,
                 )
                 chosen = self._choose(logits, sampler, active, step).cpu()  # the step's one host synchronisation
+                if self.step_clock is not None:
+                    self.step_clock.append(time.perf_counter())
                 done = torch.from_numpy(stop.step(chosen.numpy()))
                 if bool(done.all()):
                     break

@@ -16,6 +16,7 @@ from typing import Any, NoReturn
 
 from harness.core.bounds import parse_int_list, unique
 from harness.core.errors import UserError
+from harness.core.paths import obstacle
 
 
 class ArgParser(argparse.ArgumentParser):
@@ -97,6 +98,28 @@ def command_line(module: str, argv: Sequence[str] | None) -> str:
     return f"python -m {module} " + shlex.join(sys.argv[1:] if argv is None else list(argv))
 
 
+def invocation(module: str, args: argparse.Namespace, argv: Sequence[str] | None) -> dict:
+    """A command as run (its line, for people) and as meant (its parsed arguments, every path resolved, --verbose
+    aside): two invocations are the same command when their meanings are equal, whatever the flags' order, a
+    trailing slash, ./A for A or a link for its target."""
+    return {"command": command_line(module, argv), "arguments": meaning(args)}
+
+
+def meaning(args: argparse.Namespace) -> dict:
+    """The parsed arguments as JSON values, paths resolved, --verbose left out."""
+
+    def value(item: Any) -> Any:
+        if isinstance(item, Path):
+            return os.path.realpath(item)
+        if isinstance(item, list | tuple):
+            return [value(part) for part in item]
+        if item is None or isinstance(item, bool | int | float | str):
+            return item
+        return str(item)
+
+    return {name: value(item) for name, item in sorted(vars(args).items()) if name != "verbose"}
+
+
 def int_list(text: str) -> list[int]:
     """argparse type: '1,2,5-7' -> [1, 2, 5, 6, 7], each once."""
     try:
@@ -152,6 +175,7 @@ def _output_path(text: str) -> Path:
 def output_dir(text: str) -> Path:
     """argparse type: a directory this process can create or write into (checked now, created later)."""
     path = _output_path(text)
+    _check_kind(path, "dir")
     if path.exists() and not path.is_dir():
         raise argparse.ArgumentTypeError(f"{path} is a file, not a directory; choose another path")
     _check_writable(path)
@@ -163,8 +187,17 @@ def output_file(text: str) -> Path:
     path = _output_path(text)
     if path.is_dir():
         raise argparse.ArgumentTypeError(f"{path} is a directory; give a file name inside it")
+    _check_kind(path, "file")
     _check_writable(path.parent if path.parent != Path("") else Path("."))
     return path
+
+
+def _check_kind(path: Path, want: str) -> None:
+    """A FIFO, socket or device at the path, a symlink loop or a dangling link on its way: refused before anything
+    is opened (an open() of a FIFO would wait for a writer forever)."""
+    problem = obstacle(path, want, odd_only=True)
+    if problem:
+        raise argparse.ArgumentTypeError(f"{path} {problem}; choose another path")
 
 
 def _check_writable(path: Path) -> None:

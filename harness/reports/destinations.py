@@ -1,41 +1,33 @@
 """Where the commands that read runs write (harness.view, harness.report, harness.export, harness.tasks): never into
-a run, never over anything they did not make, never through a link, and all at once.
+a run, never over anything they did not make, never through a link, and nothing deleted.
 
 An --out is refused in one line, before any work and again once its lock is held, when it is or lies inside a run
 directory (one the command reads, or any other: a directory holding results.csv, samples.jsonl or run.json is a
 run, written only by the command that owns it), when it would hold a run the command reads, when it is a link, or
-when it holds anything that is not provably this exact command's earlier output. Ownership is by content: the
-directory's manifest (``.numprec-manifest.json``) records the writing module, the whole command line, the identity of
-every input run (its path and the digests of its run.json and results.csv) and every file's digest; the same command
-on the same inputs may replace what it wrote there, unchanged, and nothing else. A run in --out is replaced only by
-the harness.report command that made it; export and tasks never write runs and never replace one.
-
-A directory is built in a staging directory beside --out (``.NAME.numprec-partial``, marked as this command's and
-locked while a process builds it) and renamed into place when complete: a kill at any moment leaves either no
---out, the previous one, or the finished one; the same command run again clears what a killed one left (its own
-staging only: a staging name that is a link, a file, or another's directory is refused, naming it) and builds it
-again. Nothing here follows a link: every name is checked with lstat before it is used.
+when it holds anything that is not provably the command's own earlier output. Ownership is by content: the
+directory's manifest (``.numprec-manifest.json``) records the writing module, the command line and its meaning (the
+parsed arguments, paths resolved), the identity of every input run (its path and the digests of its run.json and
+results.csv) and every file's digest. An earlier output of the same module, unchanged since, may be replaced; it is
+then moved aside (harness/reports/promotion.py), never deleted, so that no manifest, forged or genuine, can cost a
+file. A directory holding a run is replaced only by harness.report, and only where the run's own run.json says
+harness.report made it, whatever a manifest says; export and tasks never write runs and never replace one.
 """
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import hashlib
 import json
 import os
-import shutil
 import stat
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 from harness.core.errors import UserError
+from harness.core.paths import obstacle
 
 MANIFEST = ".numprec-manifest.json"
-STAGE_MARK = ".numprec-stage"  # inside a staging directory: the module that made it
+STAGE_MARK = ".numprec-stage"  # inside a staging directory until its output is in place: the module that made it
 RUN_FILES = ("results.csv", "samples.jsonl", "run.json")  # any of them makes a directory a run
-PARTIAL = ".numprec-partial"
-REPLACED = ".numprec-replaced"
 WRITES_RUNS = {"harness.report"}  # the readers whose output is itself a run (a merged one)
 MANIFEST_BYTES = 1 << 22  # a manifest larger than this is none of ours
 
@@ -49,14 +41,16 @@ def _within(inner: Path, outer: Path) -> bool:
     return inner == outer or outer in inner.parents
 
 
-def _resolved(path: Path) -> Path:
+def resolved(path: Path) -> Path:
+    """``path`` with its links followed; a loop or an unreadable component is one line."""
     try:
         return Path(path).resolve()
-    except OSError as err:  # a symlink loop, a component that cannot be read
-        raise UserError(f"cannot resolve {path}: {err.strerror or err}; choose another --out") from None
+    except (OSError, RuntimeError) as err:  # Python 3.11 raises RuntimeError for a symlink loop
+        why = getattr(err, "strerror", None) or err
+        raise UserError(f"cannot resolve {path}: {why}; choose another --out") from None
 
 
-def _kind(path: Path) -> str | None:
+def kind(path: Path) -> str | None:
     """What is at ``path`` without following a link: "link", "dir", "file", "other", or None for nothing."""
     try:
         mode = os.lstat(path).st_mode
@@ -69,11 +63,19 @@ def _kind(path: Path) -> str | None:
     return "dir" if stat.S_ISDIR(mode) else "file" if stat.S_ISREG(mode) else "other"
 
 
+def check_path(out: Path, want: str) -> None:
+    """``out`` looked at by kind before anything opens it: a FIFO, socket or device, a symlink loop or a dangling
+    link on its way is one line."""
+    problem = obstacle(out, want)
+    if problem:
+        raise UserError(f"--out {out} {problem}; choose another --out")
+
+
 def check_not_in_a_run(out: Path, reads: Sequence[Path], what: str) -> None:
     """``out`` (a file or directory to write) is neither a run it reads nor inside one, nor inside any other run."""
-    target = _resolved(out)
+    target = resolved(out)
     for run in reads:
-        source = _resolved(run)
+        source = resolved(run)
         if _within(target, source):
             raise UserError(
                 f"--out {out} is {'the run' if target == source else 'inside the run'} {run} that {what} reads: "
@@ -102,10 +104,15 @@ def digest(path: Path) -> str:
     return sha.hexdigest()[:16]
 
 
-def _files(directory: Path) -> dict[str, Path]:
-    """Every entry under ``directory`` but its directories (links, sockets count), by relative path; links are listed,
-    never followed."""
+def listing(directory: Path) -> dict[str, Path]:
+    """Every entry under ``directory`` but its directories (links, sockets count), by relative path; links are
+    listed, never followed."""
     return {str(p.relative_to(directory)): p for p in sorted(directory.rglob("*")) if not p.is_dir() or p.is_symlink()}
+
+
+def file_digests(directory: Path, leave_out: Sequence[str] = (MANIFEST, STAGE_MARK)) -> dict[str, str]:
+    """Each plain file's digest under ``directory`` by relative path (``leave_out`` aside)."""
+    return {name: digest(path) for name, path in listing(directory).items() if name not in leave_out}
 
 
 def identities(reads: Sequence[Path]) -> list[dict]:
@@ -113,7 +120,7 @@ def identities(reads: Sequence[Path]) -> list[dict]:
     found = []
     for run in reads:
         files = {name: digest(run / name) for name in ("run.json", "results.csv") if (run / name).is_file()}
-        found.append({"path": str(_resolved(run)), "files": files})
+        found.append({"path": str(resolved(run)), "files": files})
     return found
 
 
@@ -121,183 +128,109 @@ def read_manifest(directory: Path) -> dict:
     """The manifest in ``directory`` as a dict ({} where there is none, or it is not one of ours: unreadable, too
     large, too deep, not an object)."""
     path = directory / MANIFEST
-    if _kind(path) != "file" or path.stat().st_size > MANIFEST_BYTES:
+    if kind(path) != "file" or path.stat().st_size > MANIFEST_BYTES:
         return {}
     try:
         manifest = json.loads(path.read_text(encoding="utf-8"))
-    except (ValueError, RecursionError):
+    except (ValueError, RecursionError, OSError):
         return {}
     return manifest if isinstance(manifest, dict) else {}
 
 
-def foreign_files(directory: Path, module: str, command: str | None = None, inputs: list | None = None) -> list[str]:
+def foreign_files(directory: Path, module: str) -> list[str]:
     """The entries of an existing ``directory`` that are not provably ``module``'s earlier output there: all of
-    them where its manifest is missing or names another module, another command line (where ``command`` is given) or
-    other inputs (where ``inputs`` are); else those missing from the manifest, changed since, or not plain files."""
+    them where its manifest is missing or names another module; else those missing from the manifest, changed
+    since, or not plain files."""
     try:
-        found = _files(directory)
+        found = listing(directory)
         empty_dirs = [
             str(p.relative_to(directory)) + "/"
             for p in directory.rglob("*")
             if p.is_dir() and not p.is_symlink() and not any(p.iterdir())
         ]
         manifest = read_manifest(directory)
-        ours = manifest.get("written_by") == module
-        ours = ours and (command is None or manifest.get("command") == command)
-        ours = ours and (inputs is None or manifest.get("inputs") == inputs)
-        listed = manifest.get("files", {}) if ours else {}
+        listed = manifest.get("files", {}) if manifest.get("written_by") == module else {}
         listed = listed if isinstance(listed, dict) else {}
         foreign = [
             name
             for name, path in found.items()
-            if name != MANIFEST and (name not in listed or _kind(path) != "file" or digest(path) != listed[name])
+            if name != MANIFEST and (name not in listed or kind(path) != "file" or digest(path) != listed[name])
         ]
     except OSError as err:
         raise UserError(f"cannot read {directory}: {err.strerror}; choose another --out") from None
-    if found and not listed:  # no manifest of this command's: every entry, the manifest too, is someone else's
+    if found and not listed:  # no manifest of this module's: every entry, the manifest too, is someone else's
         return sorted(found) + empty_dirs
     return foreign + empty_dirs
 
 
-def check_out_dir(out: Path, reads: Sequence[Path], module: str, command: str | None = None) -> None:
-    """A directory --out for ``module``: not a link, not in a run, and new, empty, or provably this command's own
-    earlier output (see the module docstring)."""
+def run_maker(directory: Path) -> str | None:
+    """The module that the run in ``directory`` names as its maker in its own run.json (its last invocation), or
+    None where run.json says none."""
+    try:
+        record = json.loads((directory / "run.json").read_text(encoding="utf-8"))
+        command = record["invocations"][-1]["command"]
+        return command.split()[2] if command.startswith("python -m ") else None
+    except (OSError, ValueError, RecursionError, KeyError, IndexError, TypeError, AttributeError):
+        return None
+
+
+def check_out_dir(out: Path, reads: Sequence[Path], module: str) -> None:
+    """A directory --out for ``module``: no odd kind on its way, not a link, not in a run, and new, empty, or
+    provably ``module``'s own earlier output (see the module docstring)."""
     what = f"python -m {module}"
-    if _kind(out) == "link":
+    if kind(out) == "link":
         raise UserError(f"--out {out} is a link: {what} never writes through one; give --out a real directory")
+    check_path(out, "dir")
     check_not_in_a_run(out, reads, what)
-    kind = _kind(out)
-    if kind is None:
+    found = kind(out)
+    if found is None:
         return
-    if kind != "dir":
+    if found != "dir":
         raise UserError(f"--out {out} exists and is not a directory; give --out a new or empty directory")
-    if holds_run(out) and module not in WRITES_RUNS:
+    if holds_run(out):
         present = ", ".join(name for name in RUN_FILES if os.path.lexists(out / name))
-        raise UserError(
-            f"{out} already holds a run ({present}), which {what} never replaces; give --out a new or empty directory"
-        )
-    foreign = foreign_files(out, module, command, identities(reads) if command is not None else None)
+        maker = run_maker(out)
+        if module not in WRITES_RUNS or maker != module:
+            made = f"a run {maker} made" if maker else "a run"
+            raise UserError(
+                f"{out} already holds {made} ({present}), which {what} never replaces; give --out a new or empty "
+                "directory"
+            )
+    foreign = foreign_files(out, module)
     if foreign:
-        kind = "a run" if holds_run(out) else f"files {what} did not write"
+        held = "a run" if holds_run(out) else f"files {what} did not write"
         shown = ", ".join(foreign[:3]) + (f" and {len(foreign) - 3} more" if len(foreign) > 3 else "")
-        raise UserError(f"{out} already holds {kind} ({shown}); give --out a new or empty directory")
+        raise UserError(f"{out} already holds {held} ({shown}); give --out a new or empty directory")
 
 
 def check_out_file(out: Path, reads: Sequence[Path], module: str, mark: bytes) -> None:
-    """A file --out for ``module``: not in a run, and new or a file ``module`` wrote (it starts with ``mark`` within
-    its first 4 KB)."""
+    """A file --out for ``module``: no odd kind on its way, not in a run, and new or a file ``module`` wrote (it
+    starts with ``mark`` within its first 4 KB). Its kind is looked at before it is opened."""
+    found = kind(out)
+    if found == "link":
+        raise UserError(f"{out} is a link: python -m {module} never writes through one; choose another --out")
+    check_path(out, "file")
     check_not_in_a_run(out, reads, f"python -m {module}")
-    if not out.exists() and not out.is_symlink():
+    if found is None:
         return
     try:
-        with open(out, "rb") as handle:
+        fd = os.open(out, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        with os.fdopen(fd, "rb") as handle:
             head = handle.read(4096)
     except OSError as err:
         raise UserError(f"cannot read {out}: {err.strerror}; choose another --out") from None
-    if out.is_symlink() or mark not in head:
+    if mark not in head:
         raise UserError(f"{out} exists and was not written by python -m {module}; choose another --out, or move it")
 
 
-def _open_stage(stage: Path, out: Path, module: str) -> int:
-    """The staging directory, made (and marked as ``module``'s) or found as one ``module`` made before, opened
-    without following a link and locked; a link, a file or another's directory there is one line."""
-    what = f"python -m {module}"
-    kind = _kind(stage)
-    if kind not in (None, "dir"):
-        raise UserError(f"{stage} is a {kind}, not a staging directory {what} made; remove it or choose another --out")
-    try:
-        if kind is None:
-            stage.mkdir(parents=True)
-            (stage / STAGE_MARK).write_text(module + "\n", encoding="utf-8")
-        fd = os.open(stage, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
-    except FileExistsError:
-        return _open_stage(stage, out, module)  # another process made it just now
-    except OSError as err:
-        raise UserError(f"cannot use {out} as an output directory: {err.strerror}; pass another --out") from None
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        os.close(fd)
-        raise UserError(f"another process is writing {out}; wait for it to finish, or pass another --out") from None
-    mark = stage / STAGE_MARK
-    if _kind(mark) != "file" or mark.read_text(encoding="utf-8", errors="replace").strip() != module:
-        os.close(fd)
-        raise UserError(f"{stage} is not a staging directory {what} made; remove it or choose another --out")
-    return fd
-
-
-def _clear_stale(stage: Path, replaced: Path, module: str) -> None:
-    """What a killed run of the command left: its staging directory's entries (never following a link out of it) and
-    its replaced output (only where that holds a manifest of the module's)."""
-    try:
-        for entry in stage.iterdir():
-            if entry.name == STAGE_MARK:
-                continue
-            if _kind(entry) == "dir":
-                shutil.rmtree(entry)
-            else:
-                entry.unlink()
-    except OSError as err:
-        raise UserError(f"cannot clear {stage}, left by an earlier run: {err.strerror}; remove it by hand") from None
-    kind = _kind(replaced)
-    if kind == "dir" and read_manifest(replaced).get("written_by") == module:
-        shutil.rmtree(replaced, ignore_errors=True)
-    elif kind is not None:
-        raise UserError(f"{replaced} is in the way and is not {module}'s; remove it or choose another --out")
-
-
-@contextlib.contextmanager
-def staged_dir(out: Path, reads: Sequence[Path], module: str, command: str) -> Iterator[Path]:
-    """``with staged_dir(out, reads, module, command) as stage:`` write the output into ``stage``; on leaving the
-    block it is listed in a manifest (the command, its inputs' identities, every file's digest) and renamed to
-    ``out``, replacing this command's own earlier output there. --out is checked again once the lock is held, so a
-    writer that started later sees what an earlier one finished. An exception or a Ctrl-C removes the staging
-    directory; a kill leaves it, for the next run of the command to clear."""
-    out = Path(out)
-    stage = out.parent / f".{out.name}{PARTIAL}"
-    replaced = out.parent / f".{out.name}{REPLACED}"
-    made = [parent for parent in [out.parent, *out.parent.parents] if not parent.exists()]
-    fd = _open_stage(stage, out, module)
-    try:
-        check_out_dir(out, reads, module, command)  # again, under the lock
-        _clear_stale(stage, replaced, module)
-        try:
-            yield stage
-            (stage / STAGE_MARK).unlink()
-            files = {name: digest(path) for name, path in _files(stage).items()}
-            manifest = {"written_by": module, "command": command, "inputs": identities(reads), "files": files}
-            (stage / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n", encoding="utf-8")
-            _sync(stage)
-            if _kind(out) == "dir":
-                os.rename(out, replaced)
-            os.rename(stage, out)
-            _sync(out.parent)
-            shutil.rmtree(replaced, ignore_errors=True)
-        except OSError as err:
-            raise UserError(f"cannot write {out}: {err.strerror}; choose a writable --out") from None
-    except BaseException:
-        if _kind(stage) == "dir":
-            shutil.rmtree(stage, ignore_errors=True)
-        for parent in made:  # the directories made for --out, if nothing else went into them
-            with contextlib.suppress(OSError):
-                parent.rmdir()
-        raise
-    finally:
-        os.close(fd)
-
-
-def _sync(directory: Path) -> None:
-    """Every file under ``directory``, and the directory itself, on disk before it is renamed into place."""
-    for path in [*(p for p in directory.rglob("*") if p.is_file()), directory]:
-        fd = os.open(path, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-
-
-def clear_strays(out: Path) -> None:
-    """The temporary files a killed atomic write of ``out`` left beside it (harness/core/files.py names them so)."""
-    for stray in out.parent.glob(f".{out.name}.*.tmp"):
-        with contextlib.suppress(OSError):
-            stray.unlink()
+def what_changed(manifest: dict, arguments: dict, inputs: list[dict]) -> str:
+    """How the command about to replace an output differs from the one that wrote it, in words ("" where it is
+    the same command on the same inputs)."""
+    said = []
+    before = {entry.get("path"): entry.get("files") for entry in manifest.get("inputs", []) if isinstance(entry, dict)}
+    for entry in inputs:
+        if entry["path"] in before and before[entry["path"]] != entry["files"]:
+            said.append(f"{Path(entry['path']).name} changed since it was written")
+    if manifest.get("arguments") != arguments and not said:
+        said.append(f"it was written by another command ({str(manifest.get('command', '?'))[:80]})")
+    return "; ".join(said)

@@ -23,15 +23,15 @@ from pathlib import Path
 
 import yaml
 
-from harness.core.cli import ArgParser, command_line, input_path, output_dir
+from harness.core.cli import ArgParser, input_path, invocation, output_dir
 from harness.core.files import atomic_write_bytes, atomic_write_text
 from harness.models import held_out
 from harness.questions.problems import parse_task
 from harness.questions.prompts import prompt_deviations
 from harness.reports.anatomy import AnatomyRow, anatomy_csv, anatomy_markdown, anatomy_plot_png, anatomy_rows
-from harness.reports.destinations import check_out_dir, staged_dir
 from harness.reports.figures import accuracy_axes, figure_png
 from harness.reports.lengths import LengthComparison, lengths_csv, lengths_markdown, lengths_plot_png, paired_lengths
+from harness.reports.promotion import prepare_out_dir, staged_dir
 from harness.runs.compare import Comparison, comparisons_csv, comparisons_markdown, paired_comparisons, wilson_interval
 from harness.runs.evidence import invocation_digest
 from harness.runs.merge import merge
@@ -440,18 +440,23 @@ def pooled_csv(rows: Sequence[CellResult]) -> str:
     return buffer.getvalue()
 
 
+# A merged run's record says when and where it was merged, and its summary the command line as typed: the same
+# command (by meaning) on the same runs that differs only there is the same report
+VOLATILE = ("run.json", "summary.md")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = ArgParser(prog="python -m harness.report", description=__doc__.split("\n\n")[0])
     parser.add_argument("runs", nargs="+", type=input_path, help="finished run directories (harness.eval's)")
     parser.add_argument("--out", type=output_dir, required=True, help="a new directory for the merged report")
     args = parser.parse_args(argv)
-    command = command_line("harness.report", argv)
-    check_out_dir(args.out, args.runs, "harness.report", command)
+    invoked = invocation("harness.report", args, argv)
+    prepare_out_dir(args.out, args.runs, "harness.report")
     rows, samples, record = merge([read_finished(path) for path in args.runs])
-    own = {"command": command, "spec": {"runs": [str(path) for path in args.runs]}, **where_and_when()}
+    own = {"command": invoked["command"], "spec": {"runs": [str(path) for path in args.runs]}, **where_and_when()}
     own["digest"] = invocation_digest(own)
     merged = StoredRun(args.out, rows, samples, {**record, "invocations": [own], "invocation_digests": True})
-    with staged_dir(args.out, args.runs, "harness.report", command) as stage:
+    with staged_dir(args.out, args.runs, "harness.report", invoked, volatile=VOLATILE) as stage:
         atomic_write_text(stage / "results.csv", results_csv_text(rows))
         atomic_write_text(stage / "samples.jsonl", "".join(sample_line(sample) for sample in samples))
         atomic_write_text(stage / "run.json", json.dumps(merged.record, indent=2) + "\n")

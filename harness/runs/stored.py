@@ -160,16 +160,17 @@ def _check_record(directory: Path, record: dict, rows: list[CellResult]) -> None
             f"{where} is damaged ({problem}): it is not numprec's run record as written; restore it from where the "
             "run came from"
         )
-    signed = record.get("invocation_digests")
-    if rows and not signed and not any("digest" in entry for entry in invocations(record)):
+    # Signed where run.json says so or any entry carries a digest: then every entry must, and match
+    signed = record.get("invocation_digests") or any("digest" in entry for entry in invocations(record))
+    if rows and not signed:
         raise UserError(
             f"{where} is unsigned (its commands carry no digests: written before numprec signed them, or the digests "
             f"were removed), so its commands cannot be told from edited ones; if you trust it, sign it with "
             f"python -m harness.rescore {directory}"
         )
     for entry in invocations(record):
-        if ("digest" in entry or signed) and entry.get("digest") != invocation_digest(entry):
-            change = "its digest differs" if "digest" in entry else "its digest was removed"
+        if signed and entry.get("digest") != invocation_digest(entry):
+            change = "its digest differs" if "digest" in entry else "it has no digest beside signed ones"
             raise UserError(
                 f"{where}: the record of '{entry['command'][:80]}' was edited by hand ({change}); restore run.json "
                 "from where the run came from"

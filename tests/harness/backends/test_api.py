@@ -208,6 +208,8 @@ def test_a_fault_that_outlasts_the_retries_is_one_line_and_loses_nothing(server,
     with FaultProxy(server.port) as proxy:
         proxy.faults.extend([("pass",)] * 2 + [("status", 500, {})] * 50)
         code, err = evaluate(out, *api(proxy.url, "--concurrency", "1", "--api-retries", "1"), capsys=capsys)
+        fired = [prompt for fault, prompt in proxy.served if fault[0] == "status"]
+        assert len(fired) == 2 and fired[0] == fired[1], "a request and its one retry met the 500s"
         assert code == 2 and len(err) == 1 and err[0].startswith("error: "), err
         assert "answered 500" in err[0] and "finished requests are saved" in err[0]
         assert len((out / "responses.jsonl").read_text().splitlines()) == answered >= 1
@@ -516,14 +518,16 @@ def test_a_failed_request_stops_a_served_run_without_waiting_for_others_that_han
 
 def test_api_timeout_bounds_a_whole_request_not_each_read(server, tmp_path, capsys):
     """A server that sends one byte a second and never finishes its reply: with --api-timeout 3 the request is given
-    up about 3 s after it was sent (each read alone would never time out), then retried once, then one line."""
+    up about 3 s after it was sent (each read alone would never time out), then retried once, then one line. One
+    request at a time, so that both faults meet the same request: the proxy says they did."""
     with FaultProxy(server.port) as proxy:
-        proxy.faults.extend([("trickle", 90)] * 4)
+        proxy.faults.extend([("trickle", 90)] * 2)
         started = time.monotonic()
-        code, err = evaluate(
-            tmp_path / "run", *api(proxy.url, "--api-timeout", "3", "--api-retries", "1"), capsys=capsys
-        )
+        args = api(proxy.url, "--api-timeout", "3", "--api-retries", "1", "--concurrency", "1")
+        code, err = evaluate(tmp_path / "run", *args, capsys=capsys)
         took = time.monotonic() - started
+    assert [fault for fault, _ in proxy.served] == [("trickle", 90)] * 2, "both faults fired"
+    assert proxy.served[0][1] == proxy.served[1][1], "on one request and its retry"
     assert code == 2 and len(err) == 1, err
     assert "did not finish a reply within --api-timeout 3 s, retries spent" in err[0]
     assert took < 60, f"{took:.0f} s: the deadline held a request past the server's trickle"

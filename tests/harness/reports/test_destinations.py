@@ -12,7 +12,8 @@ import sys
 import pytest
 
 from harness.core.errors import UserError
-from harness.reports.destinations import MANIFEST, check_out_dir, digest, staged_dir
+from harness.reports.destinations import MANIFEST, check_out_dir, digest
+from harness.reports.promotion import staged_dir
 from tests.harness.helpers import ROOT, assert_user_error, command_env
 from tests.harness.runs.test_merge import run
 from tests.harness.scoring.test_readers import command, copy, hashes, refused, without_permission_override
@@ -34,16 +35,33 @@ def tree(path) -> dict:
     }
 
 
-def test_a_merged_run_is_replaced_only_by_the_command_that_made_it(runs, tmp_path, capsys):
+def test_a_merged_run_is_replaced_only_by_report_and_the_previous_one_is_kept(runs, tmp_path, capsys):
     a, b = copy(runs["fp32"], tmp_path / "a"), copy(runs["bf16"], tmp_path / "b")
     merged = tmp_path / "mergedBA"
     assert command("harness.report", [b, a, "--out", merged], capsys)[0] == 0
     before = {path: hashes(path) for path in (a, b, merged)}
-    refused("harness.report", [a, b, "--out", merged], capsys, "already holds a run")
-    refused("harness.export", [a, "--out", merged], capsys, "already holds a run", "never replaces")
+    refused("harness.export", [a, "--out", merged], capsys, "already holds a run harness.report made", "never replaces")
     refused("harness.tasks", ["--harness", "lm-eval", "--out", merged], capsys, "already holds a run")
     assert {path: hashes(path) for path in (a, b, merged)} == before
-    assert command("harness.report", [b, a, "--out", merged], capsys)[0] == 0, "the same command replaces its own"
+    code, _, said = command("harness.report", [a, b, "--out", merged], capsys)
+    aside = [p for p in tmp_path.iterdir() if p.name.startswith("mergedBA.previous-")]
+    assert code == 0 and len(aside) == 1 and f"moved the previous mergedBA aside to {aside[0].name}" in said, said
+    assert "another command" in said, "the line says why it was replaced"
+    assert hashes(aside[0]) == before[merged], "the previous merged run is kept whole"
+
+
+def test_an_evaluation_run_holding_a_copied_manifest_is_never_replaced_by_report(runs, tmp_path, capsys):
+    """A merged run's manifest copied into an evaluation run and edited to list its files: harness.report still
+    refuses, because the run's own run.json says harness.eval made it."""
+    a, b = copy(runs["fp32"], tmp_path / "a"), copy(runs["bf16"], tmp_path / "b")
+    merged = tmp_path / "merged"
+    assert command("harness.report", [a, b, "--out", merged], capsys)[0] == 0
+    forged = json.loads((merged / MANIFEST).read_text())
+    forged["files"] = {p.name: digest(p) for p in b.iterdir() if p.is_file()}
+    (b / MANIFEST).write_text(json.dumps(forged))
+    before = tree(b)
+    refused("harness.report", [a, "--out", b], capsys, "already holds a run harness.eval made", "never replaces")
+    assert tree(b) == before and sorted(p.name for p in tmp_path.iterdir()) == ["a", "b", "merged"]
 
 
 def test_a_run_holding_a_forged_manifest_is_never_replaced(runs, tmp_path, capsys):
@@ -56,6 +74,41 @@ def test_a_run_holding_a_forged_manifest_is_never_replaced(runs, tmp_path, capsy
     refused("harness.tasks", ["--harness", "lm-eval", "--out", b], capsys, "already holds a run")
     refused("harness.report", [a, "--out", b], capsys, "already holds a run")
     assert hashes(b) == before
+
+
+ODD = ["a FIFO", "a link to a FIFO", "a symlink loop", "a dangling parent link"]
+
+
+def odd_path(case: str, base) -> tuple:
+    """An --out of the odd kind named, and what the refusal says of it."""
+    if case in ("a FIFO", "a link to a FIFO"):
+        os.mkfifo(base / "pipe")
+        if case == "a FIFO":
+            return base / "pipe", "is a FIFO"
+        (base / "to-pipe").symlink_to(base / "pipe")
+        return base / "to-pipe", "is a FIFO"
+    if case == "a symlink loop":
+        (base / "loop").symlink_to(base / "loop")
+        return base / "loop" / "out", "symlink loop"
+    (base / "gone").symlink_to(base / "nowhere")
+    return base / "gone" / "out", "dangling link"
+
+
+@pytest.mark.parametrize("case", ODD)
+def test_an_odd_out_is_one_line_for_every_writer(case, runs, tmp_path, capsys):
+    """Looked at by kind before anything is opened: no writer hangs on a FIFO, loops, or retries without end."""
+    base = tmp_path / "odd"
+    base.mkdir()
+    out, said = odd_path(case, base)
+    before = tree(base)
+    for module, argv in [
+        ("harness.view", [runs["fp32"]]),
+        ("harness.export", [runs["fp32"]]),
+        ("harness.report", [runs["fp32"]]),
+        ("harness.tasks", ["--harness", "lm-eval", "--lengths", "1", "--samples", "2"]),
+    ]:
+        refused(module, [*argv, "--out", out], capsys, said)
+    assert tree(base) == before, "nothing made or moved"
 
 
 @pytest.mark.parametrize("target", ["the input run", "a user directory"])
@@ -72,7 +125,7 @@ def test_a_staging_name_that_is_a_link_is_refused_and_nothing_behind_it_is_touch
         ("harness.tasks", ["--harness", "lm-eval", "--lengths", "1", "--samples", "2"]),
     ]:
         (tmp_path / ".e.numprec-partial").symlink_to(pointed)
-        refused(module, [*argv, "--out", tmp_path / "e"], capsys, ".e.numprec-partial is a link", "remove it")
+        refused(module, [*argv, "--out", tmp_path / "e"], capsys, ".e.numprec-partial is a link", "move it away")
         (tmp_path / ".e.numprec-partial").unlink()
     assert {a: tree(a), user: tree(user)} == before and not (tmp_path / "e").exists()
 
@@ -102,8 +155,8 @@ def test_the_out_check_is_made_again_under_the_lock(runs, tmp_path, capsys):
     write refuses before writing anything."""
     a, b = runs["fp32"], runs["bf16"]
     out = tmp_path / "w"
-    export = f"python -m harness.export {a} --out {out}"
-    check_out_dir(out, [a], "harness.export", export)  # passes: nothing there yet
+    export = {"command": f"python -m harness.export {a} --out {out}", "arguments": {}}
+    check_out_dir(out, [a], "harness.export")  # passes: nothing there yet
     assert command("harness.report", [a, b, "--out", out], capsys)[0] == 0
     before = hashes(out)
     with pytest.raises(UserError, match="already holds a run"), staged_dir(out, [a], "harness.export", export):
@@ -147,3 +200,13 @@ def test_a_damaged_merged_run_names_its_repair_into_where_it_is_now(runs, tmp_pa
     (moved / "results.csv").write_text("".join(lines + lines[1:2]))  # a row twice
     line = refused("harness.export", [moved, "--out", tmp_path / "dataset"], capsys, "python -m harness.report")
     assert f"--out {moved}" in line and f"--out {merged}" not in line, line
+
+
+def test_the_kind_checks_examples_hold():
+    """harness/core/paths.py's examples: a FIFO, a symlink loop, a dangling link, each said in words."""
+    import doctest
+
+    from harness.core import paths
+
+    failed, tried = doctest.testmod(paths)
+    assert tried >= 6 and failed == 0

@@ -119,19 +119,22 @@ def test_the_same_command_again_replaces_its_own_output(runs, tmp_path, capsys):
     refused("harness.export", [runs["fp32"], "--out", dataset], capsys, "results.parquet")
 
 
-def test_only_the_exact_same_command_replaces_its_tasks(tmp_path, capsys):
-    """Ownership is the whole command line: the same harness.tasks command replaces its own folder; another one (other
-    tasks) is refused, the folder as it was."""
+def test_a_rerun_of_tasks_with_other_tasks_leaves_only_its_tasks_and_keeps_the_earlier_aside(tmp_path, capsys):
+    """The same module's own folder: another harness.tasks command (other tasks) replaces it, the earlier group moved
+    aside whole and said so; the same command again moves nothing."""
     out = tmp_path / "tasks"
     grid = ["--harness", "lm-eval", "--out", out, "--lengths", "1", "--samples", "2"]
     assert command("harness.tasks", [*grid, "--tasks", "mul"], capsys)[0] == 0
     before = hashes(out)
-    refused("harness.tasks", [*grid, "--tasks", "add,mul"], capsys, "files python -m harness.tasks did not write")
-    assert hashes(out) == before
+    code, _, said = command("harness.tasks", [*grid, "--tasks", "add,mul"], capsys)
+    (aside,) = [path for path in tmp_path.iterdir() if path.name.startswith("tasks.previous-")]
+    assert code == 0 and f"moved the previous tasks aside to {aside.name}" in said, said
+    assert hashes(aside) == before
     assert command("harness.tasks", [*grid, "--tasks", "mul"], capsys)[0] == 0
     assert sorted(path.name for path in (out / "data").iterdir()) == ["numprec_mul_n1.jsonl"]
     # the data file named where it is now, not where it was built
     assert f"test: {out.resolve() / 'data' / 'numprec_mul_n1.jsonl'}\n" in (out / "numprec_mul_n1.yaml").read_text()
+    assert len([path for path in tmp_path.iterdir() if ".previous-" in path.name]) == 2
 
 
 def test_harness_tasks_checks_the_tokenizer_before_writing(tmp_path, capsys):
@@ -249,6 +252,14 @@ def unsigned_and_edited(record: dict) -> None:
     forged_seed(record)
 
 
+def one_entry_stripped(record: dict) -> None:
+    """A second invocation (as a resume adds) stripped of its digest and edited, the run's flag removed: the other
+    entry's digest makes the run signed, so the stripped one is tampering."""
+    record.pop("invocation_digests", None)
+    resumed = {key: value for key, value in record["invocations"][0].items() if key != "digest"}
+    record["invocations"].append({**resumed, "command": resumed["command"] + " --batch-size 4"})
+
+
 def rows_of_another_run_appended(source: Path):
     """Another run's rows and samples (bf16, which this run never planned) appended to it."""
 
@@ -270,6 +281,7 @@ DAMAGED = [
     ("invocations-a-string", lambda d: rewrite_record(d, lambda r: r.update(invocations="a run")), "is damaged"),
     ("samples-missing", samples_of_one_cell_gone, "python -m harness.eval"),
     ("unsigned-and-edited", lambda d: rewrite_record(d, unsigned_and_edited), "is unsigned"),
+    ("one-entry-stripped", lambda d: rewrite_record(d, one_entry_stripped), "no digest beside signed ones"),
     ("rows-no-command-planned", "bf16 rows", "no harness.eval command in its run.json planned"),
 ]
 
