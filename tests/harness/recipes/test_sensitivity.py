@@ -1,0 +1,143 @@
+"""harness.sensitivity on real checkpoints: the small Llama's NVFP4 and FP8 checkpoints made by harness.quantize
+(shared with the formats' tests, on their worker), placed where harness.eval finds a model's checkpoints, with the
+real tokenizer and the calibration stream's problems. The mixer computes each uniform model exactly and a mix as
+neither; the command writes its table, resumes a killed one without rescoring what it holds, and refuses bad input
+in one line."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+
+from harness.backends.hf import HFBackend
+from harness.models import get_model, precision_registry
+from harness.models.weights import quantized_dir
+from harness.recipes.groups import module_groups
+from harness.recipes.mixer import Mixer
+from tests.harness.helpers import ROOT, command_env, needs_quantize_env
+from tests.harness.models.test_formats import checkpoints  # noqa: F401  (the session's checkpoints, made once)
+from tests.harness.scoring.test_readers import command, refused
+
+pytestmark = [needs_quantize_env, pytest.mark.xdist_group("formats"), pytest.mark.slow]
+
+PAIR = ("nvfp4", "fp8-dynamic")
+
+
+@pytest.fixture(scope="module")
+def cache(checkpoints, tmp_path_factory):  # noqa: F811
+    """A numprec cache where smollm2-arith's nvfp4 and fp8-dynamic checkpoints are the small Llama's."""
+    root = tmp_path_factory.mktemp("cache")
+    for name in PAIR:
+        os.environ["NUMPREC_CACHE"] = str(root)
+        target = quantized_dir(get_model("smollm2-arith"), precision_registry()[name])
+        shutil.copytree(checkpoints[name], target)
+    os.environ.pop("NUMPREC_CACHE")
+    return root
+
+
+@pytest.fixture(scope="module")
+def mixer(checkpoints):  # noqa: F811
+    registry = precision_registry()
+    target, kept = (HFBackend(str(checkpoints[name]), registry[name]) for name in PAIR)
+    return Mixer(target.model, kept.model, *PAIR), target, kept
+
+
+def logits(model, ids) -> torch.Tensor:
+    with torch.inference_mode():
+        return model(torch.tensor([ids])).logits
+
+
+def test_the_mixer_computes_each_uniform_model_exactly_and_a_mix_as_neither(mixer):
+    mix, target, kept = mixer
+    ids = target.tokenizer("12 + 345 = 357", add_special_tokens=False)["input_ids"]
+    alone_target = logits(target.model, ids)
+    mix.use(mix.layers)
+    assert torch.equal(logits(mix.model, ids), logits(kept.model, ids)), "every layer kept: the kept model"
+    (down,) = [group for group in module_groups(mix.model) if group.name == "block 3 down"]
+    mix.use(down.layers)
+    mixed = logits(mix.model, ids)
+    mix.use(())
+    assert torch.equal(logits(mix.model, ids), alone_target), "nothing kept: the target model"
+    assert not torch.equal(mixed, alone_target) and not torch.equal(mixed, logits(kept.model, ids))
+
+
+def sensitivity(out, *extra) -> list[str]:
+    return ["--precision", "nvfp4", "--keep", "fp8-dynamic", "--samples", "3", "--lengths", "1,2", *extra,
+            "--out", str(out)]  # fmt: skip
+
+
+def rows(out) -> list[dict]:
+    with open(out / "table.csv", newline="") as handle:
+        return list(csv.DictReader(handle))
+
+
+def with_cache(cache, module: str, argv: list, capsys):
+    os.environ["NUMPREC_CACHE"] = str(cache)
+    try:
+        return command(module, argv, capsys)
+    finally:
+        os.environ.pop("NUMPREC_CACHE")
+
+
+def test_the_table_holds_every_group_two_ways_and_a_killed_one_resumes(cache, tmp_path, capsys):
+    env = {**command_env(), "NUMPREC_CACHE": str(cache)}
+    out = tmp_path / "sens"
+    child = subprocess.Popen(
+        [sys.executable, "-m", "harness.sensitivity", *sensitivity(out)], cwd=ROOT, env=env,
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:  # killed once a few configurations are in the table (bounded: 5 minutes)
+        for _ in range(600):
+            if child.poll() is not None or ((out / "table.csv").exists() and len(rows(out)) >= 8):
+                break
+            time.sleep(0.5)
+        child.send_signal(signal.SIGKILL)
+    finally:
+        child.wait(timeout=60)
+    assert child.returncode == -signal.SIGKILL, "the kill came before the command finished"
+    before = rows(out)
+    assert len(before) >= 8, "the table was being written when the kill came"
+    code, err, said = with_cache(cache, "harness.sensitivity", sensitivity(out), capsys)
+    assert code == 0, err
+    table = rows(out)
+    configurations = 2 + 2 * 4 * 4  # the uniform two, then the small Llama's 16 groups two ways (lm_head unquantized)
+    assert len({(row["group"], row["scoring"]) for row in table}) == configurations
+    assert table[: len(before)] == before, "what the killed run scored is kept, not scored again"
+    assert len(table) == 2 * configurations and {(row["task"], row["length"]) for row in table} == {
+        ("add", "1"),
+        ("add", "2"),
+    }
+    record = json.loads((out / "sensitivity.json").read_text())
+    assert set(record["phases"]) == {"load", "table", "draw"}
+    assert record["bits"]["nvfp4"] == pytest.approx(4.5, abs=0.01) and record["bits"]["fp8-dynamic"] > 8
+    assert (out / "heatmap.png").read_bytes()[:4] == b"\x89PNG" and "restoring one group buys most" in said
+    again = with_cache(cache, "harness.sensitivity", sensitivity(out), capsys)
+    assert again[0] == 0 and rows(out) == table, "a finished table is reused, not scored again"
+
+
+@pytest.mark.parametrize(
+    "args,fragment",
+    [
+        (["--precision", "fp8-dynamic", "--keep", "nvfp4"], "is not higher than --precision fp8-dynamic"),
+        (["--precision", "bf16", "--keep", "fp32"], "not a quantized format"),
+        (["--precision", "nvfp4", "--keep", "nf4"], "not a format harness.sensitivity mixes"),
+        (["--precision", "nvfp4", "--keep", "bf16", "--groups", "heads"], "invalid choice"),
+        (["--precision", "mxfp4", "--keep", "bf16"], "make it with: python -m harness.quantize"),
+    ],
+)
+def test_bad_input_is_one_line(args, fragment, cache, tmp_path, capsys):
+    os.environ["NUMPREC_CACHE"] = str(cache)
+    try:
+        refused("harness.sensitivity", [*args, "--out", tmp_path / "out"], capsys, fragment)
+    finally:
+        os.environ.pop("NUMPREC_CACHE")
+    assert not (tmp_path / "out").exists()

@@ -1,0 +1,47 @@
+"""The sensitivity signal on the real fine-tuned model: teacher forcing's exact match is what greedy decoding writes,
+problem by problem, and the answer's log-probability ranks a right answer above a wrong one."""
+
+from __future__ import annotations
+
+import pytest
+
+from harness.backends import Sampling
+from harness.backends.hf import HFBackend
+from harness.models import get_model, get_precision
+from harness.models.weights import resolve_weights
+from harness.questions.answers import FIRST_LINE
+from harness.questions.problems import HELD_OUT_COUNT, heldout_problems, parse_task
+from harness.questions.prompts import user_message
+from harness.recipes.teacher import score, teacher_batch
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def arith_bf16():
+    model = get_model("smollm2-arith")
+    return HFBackend(resolve_weights(model), get_precision(model, "bf16"), threads=1)
+
+
+def test_teacher_forcing_exact_match_is_what_greedy_decoding_writes(arith_bf16):
+    backend = arith_bf16
+    problems = [
+        ("add", problem)
+        for length in (3, 6)
+        for problem in heldout_problems(parse_task("add"), 10, length, 10, 0, HELD_OUT_COUNT, "calibration")[0]
+    ]
+    scores = score(backend.model, teacher_batch(backend.tokenizer, backend.chat_prompt, problems), backend.pad_id)
+    prompts = [backend.chat_prompt(user_message(problem)) for _, problem in problems]
+    rows, budget = len(prompts), 32
+    shared = backend.prepare(prompts, [budget] * rows)
+    greedy = Sampling.named("greedy")
+    written = backend.generate_batch(shared, slice(0, rows), [budget] * rows, greedy, list(range(rows)), FIRST_LINE)
+    gold = [
+        generation.text == f"{problem.expression} = {problem.answer}" and bool(generation.finished)
+        for generation, (_, problem) in zip(written, problems, strict=True)
+    ]
+    assert 0 < sum(gold) < rows, "right and wrong answers both among the problems"
+    assert scores.exact.tolist() == gold
+    right = scores.logprob[scores.exact].mean()
+    wrong = scores.logprob[~scores.exact].mean()
+    assert right > wrong, (right, wrong)
