@@ -147,12 +147,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, required=True, help="the call's output folder (results.json)")
     parser.add_argument("--logs", type=Path, required=True, help="where the steps wrote their logs and results")
     parser.add_argument("--step", choices=sorted(STEPS), required=True, help="the step that ended")
-    parser.add_argument("--rc", type=int, required=True, help="its exit status (124 or 137: its time ran out)")
-    parser.add_argument("--seconds", type=int, required=True, help="how long it ran")
+    parser.add_argument("--rc", type=int, default=0, help="its exit status (124 or 137: its time ran out)")
+    parser.add_argument("--seconds", type=int, default=0, help="how long it ran")
+    parser.add_argument("--skipped", help="why the step did not run (the call's budget could not hold it)")
     parser.add_argument("--device", default="cuda", help="cuda or cpu (the CPU mode judges fewer goals)")
     args = parser.parse_args(argv)
     path = args.out / "results.json"
     results = _json(path) or {"device": args.device, "steps": {}}
+    if args.skipped:
+        results.setdefault("skipped", {})[args.step] = args.skipped
+        atomic_write_text(path, json.dumps(results, indent=2) + "\n")
+        print(f"{args.step}: skipped ({args.skipped})")
+        return 0
     figures, goals = STEPS[args.step](args.logs, args.device)
     results["steps"][args.step] = {
         "rc": args.rc,

@@ -260,7 +260,7 @@ PARTS = (
     Part(
         "train",
         "train",
-        lambda args, work: bench_train(args.repeats, args.threads, args.device, quick=args.quick),
+        lambda args, work: bench_train(args.repeats, args.threads, args.device, args.quick, args.save_part),
         train_markdown,
     ),
     Part("data", "data", lambda args, work: bench_data(args.repeats), data_markdown, list),
@@ -410,10 +410,17 @@ def bench(args, sections: list[str], command: str) -> int:
         work = Path(scratch_dir)
         for section in sections:
             for key, measure in section_parts(section, args, work):
-                results[key] = measure()
+
+                def save(value, key=key) -> None:
+                    """A part's figures into results.json and results.md: when it ends, and as it goes where a part
+                    hands over what it measured so far (the train step, pack by pack)."""
+                    results[key] = value
+                    path.write_text(json.dumps(results, indent=2) + "\n")
+                    (args.out / "results.md").write_text(markdown(results))
+
+                args.save_part = save
                 # Written after every part: a crash or a time limit later loses nothing measured.
-                path.write_text(json.dumps(results, indent=2) + "\n")
-                (args.out / "results.md").write_text(markdown(results))
+                save(measure())
     print((args.out / "results.md").read_text())
     return 0
 

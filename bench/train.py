@@ -20,11 +20,15 @@ the CPU's, extrapolated far from what it measured.
 
 from __future__ import annotations
 
+import os
+import signal
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
 from bench.common import log
+from harness.reports.promotion import KILL_AT
 
 PAPER_GRID = Path(__file__).resolve().parent.parent / "scratch" / "configs" / "paper.yaml"
 SHAPES = {  # the longest sequence of each kind of task in the paper grid
@@ -38,7 +42,18 @@ PACKED = 3  # the seeds of a cell
 QUICK_SHAPE = "mul, base 2, n=14"  # a middle length of the grid's sequences (59 tokens)
 
 
-def bench_train(repeats: int, threads: int, device_name: str, quick: bool = False) -> dict:
+def killed_at(step: str) -> None:
+    """A test's fault: the process kills itself (SIGKILL, as a step's time limit does) at the step named in
+    NUMPREC_KILL_AT."""
+    if os.environ.get(KILL_AT) == step:
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def bench_train(
+    repeats: int, threads: int, device_name: str, quick: bool = False, save: Callable[[dict], None] | None = None
+) -> dict:
+    """Every pack of the plan timed; ``save`` is handed what is measured so far after each pack (a time limit that
+    cuts the step then loses only the pack in progress)."""
     import torch
 
     from scratch.config import RunConfig
@@ -62,6 +77,13 @@ def bench_train(repeats: int, threads: int, device_name: str, quick: bool = Fals
             dtype = torch.bfloat16 if precision == "bf16" else torch.float32
             gemm[precision] = max(measure_matmul_flops(dtype, device=device) for _ in range(repeats))
             log(f"train: {precision} matmul {gemm[precision] / 1e12:.2f} TFLOP/s")
+    header = {
+        "plan": "quick" if quick else "full",
+        "device": str(device),
+        "device_name": torch.cuda.get_device_name(device) if on_gpu else "cpu",
+        "gemm_flops": gemm,
+        "torch": torch.__version__,
+    }
     rows = []
     for precision, depth, runs in measurements:
         matmul = set_matmul_precision(precision, device)
@@ -80,6 +102,9 @@ def bench_train(repeats: int, threads: int, device_name: str, quick: bool = Fals
                 mfu=row["tokens_per_s"] * row["flops_per_token"] / rate,
             )
             rows.append(row)
+            if save is not None:
+                save({**header, "rows": rows, "partial": True})
+            killed_at(f"train-pack-{len(rows)}")
             log(
                 f"train {precision} d{depth} {shape} x{runs}: {row['steps_per_s']:.1f} steps/s, "
                 f"MFU {row['mfu']:.1%}, data {row['data_share']:.1%} of a step, first steps {row['warm_up_s']:.1f} s"
@@ -87,15 +112,7 @@ def bench_train(repeats: int, threads: int, device_name: str, quick: bool = Fals
             )
     grid = load_sweep(PAPER_GRID)
     projection = project(rows, grid)
-    return {
-        "plan": "quick" if quick else "full",
-        "device": str(device),
-        "device_name": torch.cuda.get_device_name(device) if on_gpu else "cpu",
-        "gemm_flops": gemm,
-        "rows": rows,
-        "projection": projection,
-        "torch": torch.__version__,
-    }
+    return {**header, "rows": rows, "projection": projection}
 
 
 def plan(on_gpu: bool, quick: bool = False) -> list[tuple[str, int, int]]:
@@ -217,7 +234,9 @@ def train_markdown(result: dict) -> list[str]:
             f"{r['runs_packed']} | {r['steps_per_s']:.2f} | {r['tokens_per_s']:,.0f} | {r['mfu']:.1%} | "
             f"{r['data_share']:.1%} | {r.get('warm_up_s', 0):.1f} | {ran(r)} |"
         )
-    projection = result["projection"]
+    projection = result.get("projection")
+    if projection is None:  # cut short: the packs measured before the step's time ran out
+        return [*lines, "", "(cut short: the packs above were measured before the step's time ran out)", ""]
     lines += ["", f"Projected training time of {projection['grid']} ({projection['cells']} cells) on this device:", ""]
     for label, entry in projection["hours"].items():
         missing = f" (not measured, left out: {', '.join(entry['not_measured'])})" if entry["not_measured"] else ""

@@ -1,7 +1,8 @@
-"""scripts/gpu_acceptance.sh in its CPU mode: the steps the lent GPU runs (the AWQ kernel first, the CUDA-touching
-tests, the decode and training benches), at tiny shapes on this CPU, so that a broken path, import or flag fails
-here and not on the GPU's one call. What the call brings back: results.json (every step's figures and goals) and
-logs.tgz, two files of the eight a call may bring back."""
+"""scripts/gpu_acceptance.sh in its CPU mode: the steps the lent GPU runs (the AWQ kernel in the background beside the
+decode bench, the CUDA-touching tests, the fp8 bench; the training bench in a second call), at tiny shapes on this
+CPU, planned into a call's budget as on the GPU, so that a broken path, import or flag fails here and not on the
+GPU's one call. What the call brings back: results.json (every step's figures and goals, and the steps skipped with
+their reasons) and logs.tgz, two files of the eight a call may bring back."""
 
 import json
 import os
@@ -11,24 +12,29 @@ from pathlib import Path
 
 import pytest
 
+from bench.plan import STEPS
+
 ROOT = Path(__file__).resolve().parents[1]
+pytestmark = pytest.mark.slow
 
 
-@pytest.mark.slow
-def test_the_acceptance_call_runs_on_the_cpu_and_brings_back_two_files(tmp_path):
+def acceptance(out: Path, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        ["bash", "scripts/gpu_acceptance.sh", "--cpu", *args],
+        cwd=ROOT, env={**os.environ, "OUT": str(out), **(env or {})}, capture_output=True, text=True, timeout=900,
+    )  # fmt: skip
+
+
+def test_the_acceptance_call_plans_its_budget_and_brings_back_two_files(tmp_path):
     out = tmp_path / "out"
-    result = subprocess.run(
-        ["bash", "scripts/gpu_acceptance.sh", "--cpu", "all"],
-        cwd=ROOT,
-        env={**os.environ, "OUT": str(out)},
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
+    result = acceptance(out, "--budget", "560", "all")
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert "call 1: bash scripts/gpu_acceptance.sh --budget 560 awq decode tests fp8" in result.stdout
+    assert "call 2: bash scripts/gpu_acceptance.sh --budget 560 train" in result.stdout
     assert sorted(p.name for p in out.iterdir()) == ["logs.tgz", "results.json"]
     results = json.loads((out / "results.json").read_text())
-    assert results["device"] == "cpu" and list(results["steps"]) == ["awq", "tests", "decode", "fp8", "train"]
+    assert results["device"] == "cpu" and sorted(results["steps"]) == ["awq", "decode", "fp8", "tests"]
+    assert results["skipped"] == {"train": "needs 150 s, 20 s left"}, "the step the budget cannot hold, and why"
     for name, step in results["steps"].items():
         assert step["rc"] == 0 and not step["timed_out"], (name, step)
         assert all(verdict["met"] is not None for verdict in step["goals"].values()), (name, step["goals"])
@@ -39,7 +45,37 @@ def test_the_acceptance_call_runs_on_the_cpu_and_brings_back_two_files(tmp_path)
     assert figures["decode"]["cell_kv_bytes_per_step"] > 0
     assert figures["fp8"]["fp8_layers"] > 0 and figures["fp8"]["fp8_tokens_per_s"] > 0
     assert figures["fp8"]["kernel_equals_emulation_share"] is not None
-    assert figures["train"]["data_share_max"] < 1 and any("flash" in ran for ran in figures["train"]["ran"])
     with tarfile.open(out / "logs.tgz") as logs:
         names = set(logs.getnames())
-    assert {"./steps.log", "./awq.log", "./tests.log", "./decode.log", "./fp8.log", "./train.log"} <= names
+        steps_log = logs.extractfile("./steps.log").read().decode()
+    assert {"./steps.log", "./awq.log", "./tests.log", "./decode.log", "./fp8.log"} <= names
+    for name in ("awq", "decode", "tests", "fp8"):  # each step under the limit its plan gave it
+        assert f"=== {name} (" in steps_log and f"limit {STEPS[name][0]}s)" in steps_log, name
+    assert steps_log.index("=== awq starts in the background") < steps_log.index("=== decode ("), "beside decode"
+    assert steps_log.index("=== waiting for awq") < steps_log.index("=== tests ("), "the tests wait for the build"
+
+
+def test_a_small_budget_skips_what_it_cannot_hold_and_says_why(tmp_path):
+    out = tmp_path / "out"
+    result = acceptance(out, "--budget", "100", "awq", "tests", "fp8")
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    results = json.loads((out / "results.json").read_text())
+    assert results["steps"] == {} and results["skipped"] == {
+        "awq": "needs 240 s, the call has 100 s",
+        "tests": "needs 150 s, 100 s left",
+        "fp8": "needs 150 s, 100 s left",
+    }
+    assert "=== fp8 skipped: needs 150 s, 100 s left" in result.stdout
+
+
+def test_the_train_step_killed_midway_keeps_the_packs_it_measured(tmp_path):
+    """Killed (as its time limit kills it) after its first pack: results.json holds that pack's figures."""
+    out = tmp_path / "out"
+    result = acceptance(out, "train", env={"NUMPREC_KILL_AT": "train-pack-1"})
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    step = json.loads((out / "results.json").read_text())["steps"]["train"]
+    assert step["rc"] == 137 and step["timed_out"], "the kill fired: the step ended as a time limit ends it"
+    assert step["figures"]["data_share_max"] is not None and len(step["figures"]["ran"]) == 1, step["figures"]
+    with tarfile.open(out / "logs.tgz") as logs:
+        bench = json.loads(logs.extractfile("./bench-train/results.json").read())
+    assert bench["train"]["partial"] and len(bench["train"]["rows"]) == 1
