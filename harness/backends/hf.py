@@ -178,7 +178,7 @@ class HFBackend(ChatBackend):
             return None
         key = tuple(prefix)
         if key not in self._prefixes:
-            cache = DynamicCache(config=self.model.config)
+            cache = kv_cache.written_as_fp8(DynamicCache(config=self.model.config), self.model)
             with torch.inference_mode():
                 self.model(torch.tensor([prefix], device=self.device), past_key_values=cache, use_cache=True)
             self._prefixes[key] = [(layer.keys, layer.values) for layer in cache.layers]
@@ -198,7 +198,7 @@ class HFBackend(ChatBackend):
             suffix = tokens[len(prefix) :]
             input_ids[row, width - len(suffix) :] = torch.tensor(suffix, dtype=torch.long)
             attention[row, width - len(suffix) :] = 1
-        kv = DynamicCache(config=self.model.config)
+        kv = kv_cache.written_as_fp8(DynamicCache(config=self.model.config), self.model)
         positions = len(prefix) + (attention.cumsum(-1) - 1).clamp(min=0)
         sampler = None
         if sampling.do_sample:
@@ -323,7 +323,8 @@ class HFBackend(ChatBackend):
         kv = self._static_caches.get((size, length))
         if kv is None:
             capacity = length + BUCKET
-            kv = self._static_caches[(size, length)] = StaticCache(config=self.model.config, max_cache_len=capacity)
+            kv = StaticCache(config=self.model.config, max_cache_len=capacity)
+            kv = self._static_caches[(size, length)] = kv_cache.written_as_fp8(kv, self.model)
         kv.reset()
         return kv
 

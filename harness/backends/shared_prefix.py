@@ -15,7 +15,7 @@ values the step reads end there, not at the cache's capacity.
 
 Registered with transformers' AttentionInterface (and sdpa's mask builder), so the model code is untouched; the
 prefix reaches it as the ``shared_prefix`` keyword of the model's forward call, which transformers hands down to
-every attention call (no state outside the call). A layer marked by harness/backends/kv_cache.py reads its keys and
+every attention call (no state outside the call). A layer marked by harness/backends/kv_cache.py finds its keys and
 values (the prefix's too) as an fp8 cache holds them.
 """
 
@@ -24,8 +24,6 @@ from __future__ import annotations
 import torch
 from transformers import AttentionInterface
 from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, sdpa_mask
-
-from harness.backends import kv_cache
 
 NAME = "numprec_shared_prefix"
 
@@ -53,9 +51,6 @@ def shared_prefix_attention(
         # keys are as wide as the mask already; no branch on the width, for the compiled step's sake)
         key, value = key[:, :, : attention_mask.shape[-1]], value[:, :, : attention_mask.shape[-1]]
     prefix = shared_prefix[module.layer_idx] if shared_prefix else None
-    if getattr(module, kv_cache.ATTRIBUTE, False):
-        key, value = kv_cache.as_fp8_cache(key), kv_cache.as_fp8_cache(value)
-        prefix = prefix and (kv_cache.as_fp8_cache(prefix[0]), kv_cache.as_fp8_cache(prefix[1]))
     if prefix is not None and length == 1:
         out = _one_query_over_the_prefix(query, key, value, attention_mask, scaling, prefix)
     else:
