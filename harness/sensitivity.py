@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from tqdm import tqdm
@@ -26,14 +27,19 @@ from harness.core.cli import ArgParser, int_list, invocation, name_list, output_
 from harness.core.errors import UserError
 from harness.core.files import atomic_write_bytes, atomic_write_text, read_json
 from harness.core.machine import describe
-from harness.models import get_model, get_precision
+from harness.models import PrecisionSpec, get_model, get_precision
 from harness.models.weights import variant_weights
-from harness.questions.problems import HELD_OUT_COUNT, heldout_problems, parse_task
+from harness.questions.problems import HELD_OUT_COUNT, generate, heldout_problems, parse_task
 from harness.recipes.bits import mean_bits, precision_bits
+from harness.recipes.confirm import equal_bits_variants, paired_table, problems_needed
+from harness.recipes.frontier import frontier_png
 from harness.recipes.groups import GRANULARITIES, groups_of
 from harness.recipes.mixer import Mixer
+from harness.recipes.recipe_file import recipe_text
+from harness.recipes.search import choose
 from harness.recipes.table import effects, fill_table, heatmap_png, jobs, read_table
-from harness.recipes.teacher import teacher_batch
+from harness.recipes.teacher import score, teacher_batch
+from harness.runs.compare import comparisons_csv
 
 RECORD = "sensitivity.json"
 RUNS_ON = ("cast", "compressed")  # what the transformers backend loads layer by layer
@@ -49,6 +55,13 @@ def parser() -> ArgParser:
     parser.add_argument("--samples", type=SAMPLES.arg, default=64, help="problems per task and length (default 64)")
     parser.add_argument("--seed", type=SEED.arg, default=0, help="the calibration problems' seed (default 0)")
     parser.add_argument("--groups", choices=GRANULARITIES, default="module", help="module groups or whole blocks")
+    parser.add_argument(
+        "--budget-bits", type=float, help="also choose the groups to keep within this many bits a weight (a recipe)"
+    )
+    parser.add_argument(
+        "--confirm-seed", type=SEED.arg, help="confirm the recipe on this seed's evaluation problems (paired vs fp32)"
+    )
+    parser.add_argument("--confirm-samples", type=SAMPLES.arg, default=200, help="problems a cell to confirm on")
     parser.add_argument("--out", type=output_dir, required=True, help="the directory of the table")
     return parser
 
@@ -110,6 +123,8 @@ def problems_of(args) -> list:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
+    if args.confirm_seed is not None and args.budget_bits is None:
+        raise UserError("--confirm-seed confirms a recipe: give --budget-bits B as well")
     model = get_model(args.model)
     target, keep = get_precision(model, args.precision), get_precision(model, args.keep)
     check_precisions(model, target, keep)
@@ -117,10 +132,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     checkpoints = {name: Path(path).name for name, path in weights.items()}
     key = search_key(args, model, target, keep, checkpoints)
     record = check_out(args.out, key)
-    args.out.mkdir(parents=True, exist_ok=True)
     phases: dict[str, float] = dict(record.get("phases", {}))
-    own = {"written_by": "harness.sensitivity", **invocation("harness.sensitivity", args, argv), "search": key}
-    atomic_write_text(args.out / RECORD, json.dumps({**record, **own}, indent=1) + "\n")  # first: the table's owner
 
     started = time.perf_counter()
     loaded = {precision.name: HFBackend(weights[precision.name], precision) for precision in (target, keep)}
@@ -138,6 +150,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     }
     summary = {name: round(mean_bits(found, shapes, [layer for layer in quantized if layer in found]), 4)
                for name, found in bits.items()}  # fmt: skip
+    if args.budget_bits is not None and args.budget_bits < summary[target.name]:
+        raise UserError(
+            f"--budget-bits {args.budget_bits} is below what {target.name} itself takes ({summary[target.name]:.3f} "
+            "bits a weight, every group at it); give a budget of at least that"
+        )
+    args.out.mkdir(parents=True, exist_ok=True)
+    own = {"written_by": "harness.sensitivity", **invocation("harness.sensitivity", args, argv), "search": key}
+    atomic_write_text(args.out / RECORD, json.dumps({**record, **own}, indent=1) + "\n")  # first: the table's owner
 
     started = time.perf_counter()
     table = args.out / "table.csv"
@@ -154,8 +174,133 @@ def main(argv: Sequence[str] | None = None) -> int:
     own |= {"phases": phases, "bits": summary, "groups": len(groups), "problems": len(batch.rows)}
     own["machine"] = describe()
     atomic_write_text(args.out / RECORD, json.dumps(own, indent=1) + "\n")
+    own["recipes"] = record.get("recipes", {})
     say(rows, phases, summary, args.out)
+    if args.budget_bits is not None:
+        mix = Mix(model.name, target, keep, [layer for layer in quantized if layer in bits[keep.name]], shapes, bits)
+        made = write_recipe(args, mix, mixer, groups, rows, batch)
+        own["recipes"] = {**record.get("recipes", {}), f"{args.budget_bits:g}": made}
+        if any(recipe.get("confirmed") for recipe in own["recipes"].values()):
+            title = f"{model.name}: mixes of {target.name} and {keep.name}, confirmed against fp32"
+            atomic_write_bytes(args.out / "frontier.png", frontier_png(own["recipes"], title))
+        atomic_write_text(args.out / RECORD, json.dumps(own, indent=1) + "\n")
     return 0
+
+
+@dataclass(frozen=True)
+class Mix:
+    """What a recipe mixes: the model, the two precisions, the layers the target quantizes, their shapes and each
+    precision's stored bits a layer."""
+
+    model: str
+    target: PrecisionSpec
+    keep: PrecisionSpec
+    layers: list[str]
+    shapes: dict
+    bits: dict
+
+
+def write_recipe(args, mix: Mix, mixer: Mixer, groups: list, rows: list[dict], batch) -> dict:
+    """The groups to keep within --budget-bits (harness/recipes/search.py), the mix scored as a whole on the
+    search's problems, and the llm-compressor recipe that makes it (recipe-Bbits.yaml)."""
+    members = {group.name: [layer for layer in group.layers if layer in mix.layers] for group in groups}
+    found = effects(rows)
+    gains = {name: values["gain"] for name, values in found.items()}
+    target_bits, keep_bits = mix.bits[mix.target.name], mix.bits[mix.keep.name]
+    choice = choose(members, gains, target_bits, keep_bits, mix.shapes, args.budget_bits)
+    kept = [layer for name in choice.kept for layer in members[name]]
+    mixer.use(kept)
+    scores = score(mixer.model, batch, _pad(mixer))
+    mixer.use(())
+    exact, logprob = scores.exact.double().mean().item(), scores.logprob.mean().item()
+    note = (
+        f"numprec recipe: {mix.model} at {mix.target.name}, {len(choice.kept)} groups ({len(kept)} of "
+        f"{len(mix.layers)} layers) at {mix.keep.name}: {choice.bits:.3f} bits a weight of the quantized layers\n"
+        f"chosen by harness.sensitivity within --budget-bits {args.budget_bits} from restore-one gains on seed "
+        f"{args.seed}'s calibration problems ({', '.join(args.tasks)}; n {args.lengths}; {args.samples} a cell)\n"
+        f"on those problems: exact {exact:.3f}, answer log-prob {logprob:.3f}; not yet confirmed on fresh problems\n"
+        f"kept: {', '.join(choice.kept) or 'none'}"
+    )
+    ignore = [layer for layer in mixer.layers if layer not in mix.layers]
+    target_layers = [layer for layer in mix.layers if layer not in set(kept)]
+    keep_scheme = mix.keep.scheme if mix.keep.method == "compressed" else None
+    text = recipe_text(mix.target.scheme, keep_scheme, target_layers, kept, ignore, note)
+    path = args.out / f"recipe-{args.budget_bits:g}bits.yaml"
+    atomic_write_text(path, text)
+    print(f"recipe within {args.budget_bits:g} bits: keep {', '.join(choice.kept) or 'nothing'} at {mix.keep.name}")
+    print(f"  {choice.bits:.3f} bits a weight; on the search problems exact {exact:.3f}, log-prob {logprob:.3f}")
+    print(f"wrote {path}")
+    made = {"kept": choice.kept, "layers": len(kept), "bits": choice.bits, "exact": exact, "logprob": logprob,
+            "file": path.name}  # fmt: skip
+    if args.confirm_seed is not None:
+        made["confirmed"] = confirm_recipe(args, mix, mixer, members, found, choice)
+    return made
+
+
+def confirm_recipe(args, mix: Mix, mixer: Mixer, members: dict, found: dict, choice) -> dict:
+    """The recipe, uniform TARGET and KEEP, and the heuristic, random and quantize-one choices at its bits, scored on
+    --confirm-seed's evaluation problems and paired against fp32 (harness/recipes/confirm.py)."""
+    reference = HFBackend(variant_weights(get_model(mix.model), get_precision(get_model(mix.model), "fp32")),
+                          get_precision(get_model(mix.model), "fp32"))  # fmt: skip
+    problems = [
+        (parse_task(label).label, problem)
+        for label in args.tasks
+        for length in args.lengths
+        for problem in generate(parse_task(label), 10, length, args.confirm_samples, args.confirm_seed)
+    ]
+    batch = teacher_batch(reference.tokenizer, reference.chat_prompt, problems)
+    target_bits, keep_bits = mix.bits[mix.target.name], mix.bits[mix.keep.name]
+
+    def layers_of(names: list[str]) -> list[str]:
+        return [layer for name in names for layer in members[name]]
+
+    def bits(names: list[str]) -> float:
+        held = set(layers_of(names))
+        return mean_bits({layer: (keep_bits if layer in held else target_bits)[layer] for layer in mix.layers},
+                         mix.shapes, mix.layers)  # fmt: skip
+
+    costs = {name: values["cost"] for name, values in found.items()}
+    others = equal_bits_variants(
+        members, costs, bits, args.budget_bits, len(mixer.model.model.layers), args.confirm_seed,
+        lambda gains: choose(members, gains, target_bits, keep_bits, mix.shapes, args.budget_bits),
+    )  # fmt: skip
+    kept_by = {f"{mix.target.name}": [], f"recipe {choice.bits:.2f} bits": choice.kept, **others,
+               f"{mix.keep.name}": list(members)}  # fmt: skip
+    correct = {"fp32": score(reference.model, batch, _pad(mixer)).exact}
+    for name, names in kept_by.items():
+        mixer.use(layers_of(names))
+        correct[name] = score(mixer.model, batch, _pad(mixer)).exact
+    mixer.use(())
+    table = paired_table(correct, batch.cells, "fp32")
+    atomic_write_text(args.out / f"confirm-{args.budget_bits:g}bits.csv", comparisons_csv(table))
+    return say_confirmed(table, {name: bits(names) for name, names in kept_by.items()}, args)
+
+
+def say_confirmed(table: list, bits: dict, args) -> dict:
+    """The paired table against fp32, and the problems a 2-point margin would need at the discordance seen."""
+    print(f"confirmed on seed {args.confirm_seed}'s evaluation problems ({args.confirm_samples} a cell), against fp32:")
+    for row in table:
+        print(
+            f"  {row.variant:28} {bits.get(row.variant, 0):5.2f} bits  {row.task} n={row.length}: "
+            f"{row.variant_accuracy:.3f} vs {row.baseline_accuracy:.3f}, difference {row.difference:+.3f} "
+            f"[{row.diff_low:+.3f}, {row.diff_high:+.3f}], Holm p {row.p_holm:.3g}"
+        )
+    recipe = next(row for row in table if row.variant.startswith("recipe"))
+    discordance = (recipe.only_baseline + recipe.only_variant) / max(1, recipe.n)
+    needed = problems_needed(discordance, 0.02) if discordance else 0
+    print(
+        f"  a 2-point margin against fp32 needs about {needed} paired problems a cell at the discordance seen here "
+        f"({discordance:.3f}); this sample has {recipe.n}: {'testable' if recipe.n >= needed else 'not testable'}"
+    )
+    return {"seed": args.confirm_seed, "samples": args.confirm_samples, "needed_for_2_points": needed,
+            "rows": [{"variant": row.variant, "bits": bits.get(row.variant), "accuracy": row.variant_accuracy,
+                      "difference": row.difference, "low": row.diff_low, "high": row.diff_high,
+                      "p_holm": row.p_holm} for row in table]}  # fmt: skip
+
+
+def _pad(mixer: Mixer) -> int:
+    config = mixer.model.config
+    return config.pad_token_id if config.pad_token_id is not None else config.eos_token_id
 
 
 def say(rows: list[dict], phases: dict, bits: dict, out: Path) -> None:

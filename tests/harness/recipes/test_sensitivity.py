@@ -9,6 +9,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -21,8 +22,9 @@ import torch
 from harness.backends.hf import HFBackend
 from harness.models import get_model, precision_registry
 from harness.models.weights import quantized_dir
-from harness.recipes.groups import module_groups
+from harness.recipes.groups import KINDS, module_groups
 from harness.recipes.mixer import Mixer
+from harness.recipes.recipe_file import recipe_layers
 from tests.harness.helpers import ROOT, command_env, needs_quantize_env
 from tests.harness.models.test_formats import checkpoints  # noqa: F401  (the session's checkpoints, made once)
 from tests.harness.scoring.test_readers import command, refused
@@ -124,6 +126,31 @@ def test_the_table_holds_every_group_two_ways_and_a_killed_one_resumes(cache, tm
     assert again[0] == 0 and rows(out) == table, "a finished table is reused, not scored again"
 
 
+def test_a_budget_writes_a_recipe_whose_layers_match_its_groups_and_bits(cache, tmp_path, capsys):
+    """Within a budget between the two formats' bits: the recipe names every quantized layer once, its kept groups'
+    layers at FP8 and the rest at NVFP4, and its bits (as the checkpoints store them) stay within the budget."""
+    out = tmp_path / "sens"
+    code, err, said = with_cache(cache, "harness.sensitivity", sensitivity(out, "--budget-bits", "5"), capsys)
+    assert code == 0, err
+    record = json.loads((out / "sensitivity.json").read_text())["recipes"]["5"]
+    assert 4.5 <= record["bits"] <= 5 and "recipe within 5 bits" in said
+    layers = recipe_layers((out / record["file"]).read_text())
+    assert layers["ignore"] == ["lm_head"]
+    names = [f"model.layers.{block}.{member}" for block in range(4) for member in MEMBERS]
+    owner = {name: [group for group, patterns in layers.items() if any(matches(p, name) for p in patterns)]
+             for name in names}  # fmt: skip
+    assert all(len(groups) == 1 for groups in owner.values()), "each layer in exactly one group"
+    kept = {name for name, groups in owner.items() if groups == ["group_1"]}
+    assert len(kept) == record["layers"] and (len(kept) > 0) == bool(record["kept"])
+
+
+MEMBERS = [member for members in KINDS.values() for member in members]
+
+
+def matches(pattern: str, name: str) -> bool:
+    return re.match(pattern.removeprefix("re:"), name) is not None if pattern.startswith("re:") else pattern == name
+
+
 @pytest.mark.parametrize(
     "args,fragment",
     [
@@ -132,6 +159,8 @@ def test_the_table_holds_every_group_two_ways_and_a_killed_one_resumes(cache, tm
         (["--precision", "nvfp4", "--keep", "nf4"], "not a format harness.sensitivity mixes"),
         (["--precision", "nvfp4", "--keep", "bf16", "--groups", "heads"], "invalid choice"),
         (["--precision", "mxfp4", "--keep", "bf16"], "make it with: python -m harness.quantize"),
+        (["--precision", "nvfp4", "--keep", "fp8-dynamic", "--budget-bits", "4"], "is below what nvfp4 itself takes"),
+        (["--precision", "nvfp4", "--keep", "fp8-dynamic", "--confirm-seed", "1"], "give --budget-bits B as well"),
     ],
 )
 def test_bad_input_is_one_line(args, fragment, cache, tmp_path, capsys):
