@@ -32,7 +32,16 @@ def atomic_write_text(path: Path, text: str) -> None:
 
 
 def atomic_write_bytes(path: Path, data: bytes) -> None:
-    path = Path(path)
+    temporary = synced_temporary(Path(path), data)
+    try:
+        os.replace(temporary, path)
+    except BaseException:
+        temporary.unlink(missing_ok=True)
+        raise
+
+
+def synced_temporary(path: Path, data: bytes) -> Path:
+    """``data`` in a new temporary file beside ``path`` (``.NAME.*.tmp``), on disk, with the modes the umask allows."""
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         # mkstemp makes the file 0600; results are meant to be shared as the user's umask allows, like open() does
@@ -41,10 +50,10 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
             handle.write(data)
             handle.flush()
             os.fsync(handle.fileno())
-        os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+    return Path(tmp)
 
 
 def append_lines(path: Path, lines: Iterable[str]) -> None:

@@ -27,13 +27,12 @@ import json
 import os
 import shutil
 import signal
-import tempfile
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from harness.core.errors import UserError
-from harness.core.files import umask
+from harness.core.files import synced_temporary
 from harness.reports.destinations import (
     MANIFEST,
     STAGE_MARK,
@@ -280,17 +279,7 @@ def _promote_dir(
             shutil.rmtree(stage)  # the same output is in place already: nothing to move
             return None
         aside = aside_name(out) if previous is not None else None
-        _journal(out, module, stage, _staged_digest(stage), aside)
-        if aside is not None:
-            _rename(out, aside)
-            _step("moved-aside")
-        _rename(stage, out)
-        _step("renamed-into-place")
-        (out / STAGE_MARK).unlink()
-        _sync(out)
-        _step("mark-removed")
-        journal_name(out).unlink()
-        _sync(out.parent)
+        _put_in_place(out, module, stage, aside, marked=True)
     if aside is None:
         return None
     why = what_changed(previous, invocation.get("arguments", {}), inputs)
@@ -318,23 +307,24 @@ def _journal(out: Path, module: str, staged: Path, staged_digest: str, aside: Pa
 
 def _write_synced(path: Path, data: bytes) -> Path:
     """``data`` in a new temporary file beside ``path`` (named ``.NAME.*.tmp``), synced, renamed to ``path``."""
-    temporary = _temporary(path, data)
-    _rename(temporary, path)
+    _rename(synced_temporary(path, data), path)
     return path
 
 
-def _temporary(path: Path, data: bytes) -> Path:
-    fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        os.fchmod(fd, 0o666 & ~umask())
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-    except BaseException:
-        Path(name).unlink(missing_ok=True)
-        raise
-    return Path(name)
+def _put_in_place(out: Path, module: str, staged: Path, aside: Path | None, marked: bool) -> None:
+    """The renames of the final sequence, each after the journal says it is planned (the module docstring)."""
+    _journal(out, module, staged, _staged_digest(staged), aside)
+    if aside is not None:
+        _rename(out, aside)
+        _step("moved-aside")
+    _rename(staged, out)
+    _step("renamed-into-place")
+    if marked:
+        (out / STAGE_MARK).unlink()
+        _sync(out)
+        _step("mark-removed")
+    journal_name(out).unlink()
+    _sync(out.parent)
 
 
 def replace_file(out: Path, reads: Sequence[Path], module: str, mark: bytes, data: bytes) -> str | None:
@@ -345,18 +335,11 @@ def replace_file(out: Path, reads: Sequence[Path], module: str, mark: bytes, dat
     clear_strays(out)
     if kind(out) == "file" and digest(out) == hashlib.sha256(data).hexdigest()[:16]:
         return note  # the same page is there already
-    temporary = _temporary(out, data)
+    temporary = synced_temporary(out, data)
     _step("staged")
     with parent_lock(out):
         aside = aside_name(out) if kind(out) == "file" else None
-        _journal(out, module, temporary, digest(temporary), aside)
-        if aside is not None:
-            _rename(out, aside)
-            _step("moved-aside")
-        _rename(temporary, out)
-        _step("renamed-into-place")
-        journal_name(out).unlink()
-        _sync(out.parent)
+        _put_in_place(out, module, temporary, aside, marked=False)
     moved = f"moved the previous {out.name} aside to {aside.name}" if aside is not None else None
     return "; ".join(part for part in (note, moved) if part) or None
 

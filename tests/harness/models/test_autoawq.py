@@ -7,6 +7,7 @@ format must be evaluated by harness.eval with its kernel, footprint and activati
 
 import json
 import shutil
+import sys
 
 import pytest
 import torch
@@ -286,18 +287,38 @@ class UnbuiltMarlin(awq_kernels.Machine):
         return True
 
 
-def test_a_marlin_build_that_fails_falls_back_to_tritons_kernel_with_one_line():
+class FailingMarlin(UnbuiltMarlin):
+    """On a GPU gptqmodel's real build would run (minutes) and might succeed: its failure is pretended there."""
+
+    def build(self, extension):
+        return "pretended: the compiler stopped"
+
+
+# What fails the build, chosen by the hardware the test runs on (said in its id): never a Marlin build on a GPU.
+FAILING = FailingMarlin() if HAS_CUDA else UnbuiltMarlin()
+FAILING_ID = "gpu: a pretended failing build" if HAS_CUDA else "cpu: gptqmodel's real build fails (no CUDA)"
+
+
+@pytest.mark.parametrize("machine", [FAILING], ids=[FAILING_ID])
+def test_a_marlin_build_that_fails_falls_back_to_tritons_kernel_with_one_line(machine):
     said: list[str] = []
-    kernel, seconds = awq_kernels.prepare(awq_kernels.KERNELS["marlin"], said.append, UnbuiltMarlin())
+    kernel, seconds = awq_kernels.prepare(awq_kernels.KERNELS["marlin"], said.append, machine)
     assert kernel == awq_kernels.KERNELS["triton"] and seconds >= 0
     assert len(said) == 2 and said[0].startswith("building gptqmodel's gptqmodel.AwqMarlinLinear kernel")
     assert said[1].startswith("could not build gptqmodel.AwqMarlinLinear in ")
     assert said[1].endswith("AWQ int4 runs on gptqmodel.AwqGEMMTritonLinear instead") and "\n" not in said[1]
 
 
-def test_marlin_is_not_chosen_where_the_cuda_headers_it_includes_are_missing(tmp_path, monkeypatch):
+HEADERS_ID = "gpu: pip's nvidia headers hidden" if HAS_CUDA else "cpu: no CUDA headers here"
+
+
+@pytest.mark.parametrize("hide", [HAS_CUDA], ids=[HEADERS_ID])
+def test_marlin_is_not_chosen_where_the_cuda_headers_it_includes_are_missing(hide, tmp_path, monkeypatch):
     """A toolkit with nvcc and ninja but without cuSPARSE's, cuBLAS's and cuSOLVER's headers (a runtime image, or
-    this machine's /usr/local/cuda) cannot build Marlin: the choice is Triton's kernel, before any load."""
+    this machine's /usr/local/cuda) cannot build Marlin: the choice is Triton's kernel, before any load. On a GPU
+    machine the CUDA wheels' headers (the nvidia package) are hidden, so that only the toolkit made here counts."""
+    if hide:
+        monkeypatch.setitem(sys.modules, "nvidia", None)
     toolkit = tmp_path / "cuda"
     (toolkit / "bin").mkdir(parents=True)
     (toolkit / "include").mkdir()
@@ -319,17 +340,22 @@ def test_marlin_is_not_chosen_where_the_cuda_headers_it_includes_are_missing(tmp
 
 
 @pytest.mark.filterwarnings("ignore:You passed `quantization_config`:UserWarning")  # the backend is the point
-def test_the_kernel_named_before_loading_is_the_one_that_runs(tiny_autoawq):
-    """On this CPU the choice is named before the checkpoint loads, and the loaded model's layers are that kernel;
-    a backend passed down (torch's AWQ kernel) reaches gptqmodel's selection."""
+@pytest.mark.parametrize("device", ["cuda" if HAS_CUDA else "cpu"], ids=lambda d: f"{d}: its own kernel")
+def test_the_kernel_named_before_loading_is_the_one_that_runs(device, tiny_autoawq, monkeypatch):
+    """The choice is named before the checkpoint loads, and the loaded model's layers are that kernel (on a CPU
+    gptqmodel's ATen kernel; on a GPU torch's, chosen by NUMPREC_AWQ_KERNEL so that nothing is built); a backend
+    passed down (torch's AWQ kernel) reaches gptqmodel's selection."""
     from transformers import AutoModelForCausalLM, AwqConfig
 
     from harness.backends.hf_loading import linear_kernel
 
     path = tiny_autoawq[0]
-    named = awq_kernels.choose("cpu").name
+    if HAS_CUDA:  # torch's kernel, which builds nothing: the test step never starts a Marlin build
+        monkeypatch.setenv(awq_kernels.CHOICE, "torch")
+    named = awq_kernels.choose(device).name
     backend = HFBackend(str(path), get_precision(get_model("smollm2"), "awq-w4"), batch_size=2)
-    assert backend.kernel == named == "gptqmodel.TorchAtenAwqLinear"
+    expected = "gptqmodel.AwqTorchLinear" if HAS_CUDA else "gptqmodel.TorchAtenAwqLinear"
+    assert backend.kernel.startswith(named) and named == expected
     config = AwqConfig(bits=4, group_size=64, backend=awq_kernels.KERNELS["torch"].backend)
     model = AutoModelForCausalLM.from_pretrained(path, quantization_config=config, device_map="cpu")
     assert linear_kernel(model) == awq_kernels.KERNELS["torch"].name
