@@ -38,7 +38,7 @@ from pathlib import Path
 from harness.core.bounds import SEED, Bound
 from harness.core.cli import ArgParser, command_line, input_path, output_dir, run
 from harness.core.errors import UserError
-from harness.core.files import follow_umask
+from harness.core.files import follow_umask, move_aside
 from harness.core.lock import DirectoryLock
 from harness.models import W4_PRECISIONS, ModelSpec, PrecisionSpec, get_model, get_precision, precision_registry
 from harness.models.autoawq import require_gptqmodel
@@ -251,8 +251,8 @@ def quantize(
     }
     (staging / "numprec_quantize.json").write_text(json.dumps(info, indent=2) + "\n")
     follow_umask(staging)
-    if out.exists():
-        shutil.rmtree(out)
+    if out.exists():  # an earlier checkpoint of harness.quantize's (check_checkpoint_out): kept, not deleted
+        print(f"moved the previous {out.name} aside to {move_aside(out).name}")
     os.replace(staging, out)
     return info
 

@@ -10,6 +10,7 @@ import io
 import json
 import os
 import tempfile
+import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -54,6 +55,26 @@ def synced_temporary(path: Path, data: bytes) -> Path:
         Path(tmp).unlink(missing_ok=True)
         raise
     return Path(tmp)
+
+
+def aside_path(path: Path) -> Path:
+    """Where ``path`` goes when a command replaces it, never deleting it: ``NAME.previous-<UTC time>`` beside it (a
+    file keeps its suffix), a name not yet taken."""
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    is_file = path.suffix and os.path.isfile(path) and not os.path.islink(path)
+    stem, suffix = (path.stem, path.suffix) if is_file else (path.name, "")
+    for count in range(1, 1000):
+        candidate = path.parent / f"{stem}.previous-{stamp}{'' if count == 1 else f'-{count}'}{suffix}"
+        if not os.path.lexists(candidate):
+            return candidate
+    raise UserError(f"{path.parent} holds too many previous copies of {path.name}; move some away")
+
+
+def move_aside(path: Path) -> Path:
+    """``path`` renamed aside (aside_path), for a command that replaces it; where it went."""
+    aside = aside_path(path)
+    os.rename(path, aside)
+    return aside
 
 
 def append_lines(path: Path, lines: Iterable[str]) -> None:

@@ -23,7 +23,7 @@ import shutil
 from pathlib import Path
 
 from harness.core.errors import UserError
-from harness.core.files import follow_umask
+from harness.core.files import follow_umask, move_aside
 
 GPTQMODEL_HINT = "pip install -e '.[awq]' (gptqmodel 7.6.0; bash scripts/setup.sh installs it)"
 
@@ -121,8 +121,8 @@ def to_autoawq(source: Path, out: Path) -> dict:
         recorded.update(info)
         provenance.write_text(json.dumps(recorded, indent=2) + "\n", encoding="utf-8")
         follow_umask(staging)
-        if out.exists():
-            shutil.rmtree(out)
+        if out.exists():  # an earlier checkpoint: kept aside, not deleted
+            print(f"moved the previous {out.name} aside to {move_aside(out).name}")
         os.replace(staging, out)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)

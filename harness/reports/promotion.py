@@ -27,12 +27,11 @@ import json
 import os
 import shutil
 import signal
-import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from harness.core.errors import UserError
-from harness.core.files import synced_temporary
+from harness.core.files import aside_path, synced_temporary
 from harness.reports.destinations import (
     MANIFEST,
     STAGE_MARK,
@@ -64,17 +63,6 @@ def staging_name(out: Path) -> Path:
 
 def journal_name(out: Path) -> Path:
     return out.parent / f".{out.name}{JOURNAL}"
-
-
-def aside_name(out: Path) -> Path:
-    """Where the previous ``out`` goes: ``NAME.previous-<UTC time>`` (a page keeps its suffix), new."""
-    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-    stem, suffix = (out.stem, out.suffix) if out.suffix and kind(out) == "file" else (out.name, "")
-    for count in range(1, 1000):
-        candidate = out.parent / f"{stem}.previous-{stamp}{'' if count == 1 else f'-{count}'}{suffix}"
-        if kind(candidate) is None:
-            return candidate
-    raise UserError(f"{out.parent} holds too many previous copies of {out.name}; move some away")
 
 
 @contextlib.contextmanager
@@ -278,7 +266,7 @@ def _promote_dir(
         if previous is not None and _same(previous.get("files"), files, volatile if meant else ()):
             shutil.rmtree(stage)  # the same output is in place already: nothing to move
             return None
-        aside = aside_name(out) if previous is not None else None
+        aside = aside_path(out) if previous is not None else None
         _put_in_place(out, module, stage, aside, marked=True)
     if aside is None:
         return None
@@ -338,7 +326,7 @@ def replace_file(out: Path, reads: Sequence[Path], module: str, mark: bytes, dat
     temporary = synced_temporary(out, data)
     _step("staged")
     with parent_lock(out):
-        aside = aside_name(out) if kind(out) == "file" else None
+        aside = aside_path(out) if kind(out) == "file" else None
         _put_in_place(out, module, temporary, aside, marked=False)
     moved = f"moved the previous {out.name} aside to {aside.name}" if aside is not None else None
     return "; ".join(part for part in (note, moved) if part) or None

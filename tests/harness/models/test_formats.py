@@ -173,3 +173,20 @@ def test_fp8_dynamic_layers_on_scaled_mm_compute_fp8_products(checkpoints):
     with torch.no_grad():
         output = layer(x).reshape(exact.shape)
     torch.testing.assert_close(output.double(), exact, rtol=2**-7, atol=1e-3)
+
+
+def test_a_checkpoint_made_again_keeps_the_previous_one_aside(checkpoints, tiny_llama, tmp_path):
+    """harness.quantize into its own earlier checkpoint: the new one in place, the earlier moved aside whole (a
+    command never deletes), and the line says where."""
+    out = tmp_path / "fp8"
+    shutil.copytree(checkpoints["fp8-dynamic"], out)
+    before = {path.name: path.read_bytes() for path in out.iterdir()}
+    result = run_module(
+        "harness.quantize", "--model", "smollm2", "--model-path", str(tiny_llama), "--precision", "fp8-dynamic",
+        "--out", str(out),
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-2000:]
+    (aside,) = [path for path in tmp_path.iterdir() if path.name.startswith("fp8.previous-")]
+    assert f"moved the previous fp8 aside to {aside.name}" in result.stdout
+    assert {path.name: path.read_bytes() for path in aside.iterdir()} == before
+    assert (out / "numprec_quantize.json").is_file() and (out / "config.json").is_file()
