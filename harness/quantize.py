@@ -46,6 +46,7 @@ from harness.models.checkpoints import check_unquantized
 from harness.models.weights import quantized_dir, resolve_weights
 from harness.questions.problems import HELD_OUT_COUNT, TRAINING_LENGTHS, heldout_problems, parse_task
 from harness.questions.prompts import user_message
+from harness.recipes.recipe_file import check_recipe_file
 
 QUANTIZE_ENV = Path(__file__).resolve().parent.parent / ".venv-quantize"
 HANDED_OVER = "NUMPREC_QUANTIZE_HANDED_OVER"  # set for the quantization environment's process
@@ -193,13 +194,16 @@ def calibration_progress(description: str):
 
 def quantize(
     model_name: str,
-    precision: PrecisionSpec,
+    precision: PrecisionSpec | None,
     group_size: int,
     out: Path,
     samples: int,
     seed: int,
     model_path: str | None = None,
+    recipe_file: Path | None = None,
 ) -> dict:
+    """``model_name``'s checkpoint at ``precision``, or mixed as ``recipe_file`` (an llm-compressor recipe, which
+    calibrates: a mix may hold NVFP4's static scales), written to ``out``."""
     import torch
     from datasets import Dataset
     from llmcompressor import oneshot
@@ -213,20 +217,21 @@ def quantize(
     # (bfloat16, after the cast below), whatever dtype the calibration ran in.
     calibration = calibration_dtype()
     network = AutoModelForCausalLM.from_pretrained(source, dtype=getattr(torch, calibration))
-    texts = calibration_texts(tokenizer, samples, seed) if calibrates(precision) else []
+    texts = calibration_texts(tokenizer, samples, seed) if recipe_file or calibrates(precision) else []
     data = {}
     if texts:
         dataset = Dataset.from_dict(tokenizer(texts, add_special_tokens=False))
         longest = max(len(ids) for ids in dataset["input_ids"])
         data = {"dataset": dataset, "max_seq_length": longest, "num_calibration_samples": len(texts)}
-    if precision.recipe == "awq":
+    if precision is not None and precision.recipe == "awq":
         cpu_pinned_memory_workaround()
     from harness.models import fp4
 
     fp4.register()  # E2M1 rounding and packing in one pass on a CPU (NVFP4, MXFP4)
     started = time.perf_counter()
-    with calibration_progress(f"calibrating {model_name} ({precision.name})"):
-        oneshot(model=network, recipe=recipe(precision, group_size), **data)
+    name = precision.name if precision else f"the mix of {recipe_file.name}"
+    with calibration_progress(f"calibrating {model_name} ({name})"):
+        oneshot(model=network, recipe=str(recipe_file) if recipe_file else recipe(precision, group_size), **data)
         seconds = time.perf_counter() - started
         network.to(torch.bfloat16)  # the checkpoint's dtype (scales, embedding), whatever the calibration ran in
         staging = out.with_name(out.name + ".partial")
@@ -236,11 +241,12 @@ def quantize(
     info = {
         "model": model_name,
         "source": str(source),
-        "method": precision.method,
-        "precision": precision.name,
-        "scheme": precision.scheme,
-        "recipe": precision.recipe,
-        "bits": precision.weight_bits,
+        "method": precision.method if precision else "compressed",
+        "precision": precision.name if precision else "mixed",
+        "scheme": precision.scheme if precision else None,
+        "recipe": precision.recipe if precision else "rtn",
+        "recipe_file": recipe_file.read_text(encoding="utf-8") if recipe_file else None,
+        "bits": precision.weight_bits if precision else None,
         "group_size": group_size,
         "calibration_samples": len(texts),
         "calibration_tasks": list(CALIBRATION_TASKS) if texts else [],
@@ -336,6 +342,9 @@ def parse_args(argv: Sequence[str] | None):
     which.add_argument("--method", choices=sorted(W4_PRECISIONS), help="W4A16 by GPTQ or AWQ (gptq-w4, awq-w4)")
     made = [name for name, spec in precision_registry().items() if spec.prequantized]
     which.add_argument("--precision", choices=made, metavar="NAME", help=f"a precision: {', '.join(made)}")
+    which.add_argument(
+        "--recipe", type=input_path, help="a mix of formats: an llm-compressor recipe (harness.sensitivity writes one)"
+    )
     parser.add_argument("--bits", type=int, help="weight bits (the precision's: 4 for W4A16)")
     parser.add_argument(
         "--group-size", type=GROUP_SIZE.arg, help="weights per quantization group (default: the registry's)"
@@ -405,6 +414,8 @@ def checked_settings(args) -> tuple[ModelSpec, PrecisionSpec, int, str | None, P
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.recipe:
+        return make_mix(args, argv)
     model, precision, group_size, model_path, out, checkpoint_format = checked_settings(args)
     # llm-compressor always writes compressed-tensors; AutoAWQ is a rewrite of the same codes afterwards.
     calibrated = out if checkpoint_format == "compressed-tensors" else out.with_name(out.name + ".compressed-tensors")
@@ -431,6 +442,39 @@ def main(argv: Sequence[str] | None = None) -> int:
     finally:
         if calibrated != out:
             shutil.rmtree(calibrated, ignore_errors=True)
+        if lock:
+            lock.release()
+    return 0
+
+
+def make_mix(args, argv: Sequence[str] | None) -> int:
+    """--recipe: the mixed checkpoint its config groups describe, calibrated on the project's calibration stream
+    (--samples, default 64), into --out."""
+    model = get_model(args.model)
+    if args.out is None:
+        raise UserError("--recipe needs --out DIR: a mix has no place in the cache; evaluate it with --model-path DIR")
+    check_recipe_file(args.recipe)
+    if args.bits or args.group_size or args.format:
+        raise UserError("--recipe sets every layer's format itself: leave out --bits, --group-size and --format")
+    check_checkpoint_out(args.out)
+    model_path = str(args.model_path) if args.model_path else None
+    if model_path:
+        check_unquantized(model_path)
+    args.samples = args.samples or FORMAT_CALIBRATION
+    lock = (
+        None if os.environ.get(HANDED_OVER) else DirectoryLock(args.out.parent, command_line("harness.quantize", argv))
+    )
+    try:
+        try:
+            import llmcompressor  # noqa: F401
+        except ImportError:
+            handed = ["--model", args.model, "--recipe", str(args.recipe.resolve()), "--samples", str(args.samples)]
+            handed += ["--seed", str(args.seed), "--out", str(args.out)]
+            return _hand_over(handed + (["--model-path", model_path] if model_path else []))
+        print(f"quantizing {model.name} as {args.recipe.name} -> {args.out}", file=sys.stderr)
+        info = quantize(model.name, None, 0, args.out, args.samples, args.seed, model_path, recipe_file=args.recipe)
+        print(f"wrote {args.out} (a mix, {info['calibration_samples']} calibration problems, {info['seconds']:.0f} s)")
+    finally:
         if lock:
             lock.release()
     return 0

@@ -15,6 +15,8 @@ from collections.abc import Sequence
 
 import yaml
 
+from harness.core.errors import UserError
+
 BLOCK = re.compile(r"^model\.layers\.(\d+)\.(.+)$")
 
 
@@ -63,3 +65,20 @@ def recipe_layers(text: str) -> dict[str, list[str]]:
     modifier = yaml.safe_load(text)["quant_stage"]["quant_modifiers"]["QuantizationModifier"]
     found = {name: list(group["targets"]) for name, group in modifier["config_groups"].items()}
     return {**found, "ignore": list(modifier.get("ignore", []))}
+
+
+def check_recipe_file(path) -> None:
+    """An llm-compressor recipe whose QuantizationModifier names its config groups, each with targets (what
+    harness.sensitivity writes); anything else is one line, before any weights load."""
+    try:
+        modifier = yaml.safe_load(path.read_text(encoding="utf-8"))["quant_stage"]["quant_modifiers"]
+        groups = modifier["QuantizationModifier"]["config_groups"]
+        whole = isinstance(groups, dict) and groups and all(group.get("targets") for group in groups.values())
+    except (OSError, UnicodeDecodeError, yaml.YAMLError, KeyError, TypeError, AttributeError):
+        whole = False
+    if not whole:
+        raise UserError(
+            f"--recipe {path} is not an llm-compressor recipe numprec reads (quant_stage: quant_modifiers: "
+            "QuantizationModifier: config_groups with targets); write one with python -m harness.sensitivity "
+            "--budget-bits"
+        )
