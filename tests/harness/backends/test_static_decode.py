@@ -9,7 +9,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from harness.backends import Sampling
 from harness.questions.answers import FreeForm
-from harness.questions.problems import Task
+from harness.questions.problems import Task, generate
+from harness.questions.prompts import user_message
 from tests.harness.helpers import prompts_for
 
 GREEDY = Sampling.named("greedy")
@@ -109,6 +110,16 @@ def test_every_filled_width_replays_one_compiled_step_and_the_prefix_is_bound_on
     assert counter.frame_count == 1, "one compilation for every width"
     assert len(prefix_marks) == 2 * backend.model.config.num_hidden_layers, "the prefix marked once, not per step"
     assert all(out.dim() == 1 and out.dtype == torch.long for out in returned), "greedy's tokens leave the graph"
+    # a second template whose shared prefix has another length (the chain-of-thought prompt's), in the same cache
+    # shape (slots x positions, a shape compiles once): nothing new compiles
+    shapes = set(backend.compile_seconds)
+    problems = generate(Task("add"), 10, 2, 4, 7)
+    thinking = [backend.chat_prompt(user_message(problem, "cot")) for problem in problems]
+    prefix = [len(backend.tokenizer(text, add_special_tokens=False)["input_ids"]) for text in (prompts[0], thinking[0])]
+    assert prefix[0] != prefix[1], prefix
+    backend.generate(thinking, 8, GREEDY, answer=FreeForm(64))
+    assert set(backend.compile_seconds) == shapes, "the same cache shape"
+    assert counter.frame_count == 1, "another prefix length compiled the step again"
     backend.graphs, backend._step = False, None
     assert [g.text for g in backend.generate(prompts, 40, GREEDY, answer=FreeForm(64))] == texts
 
