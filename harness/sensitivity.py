@@ -240,8 +240,9 @@ def write_recipe(args, mix: Mix, mixer: Mixer, groups: list, rows: list[dict], b
 def confirm_recipe(args, mix: Mix, mixer: Mixer, members: dict, found: dict, choice) -> dict:
     """The recipe, uniform TARGET and KEEP, and the heuristic, random and quantize-one choices at its bits, scored on
     --confirm-seed's evaluation problems and paired against fp32 (harness/recipes/confirm.py)."""
-    reference = HFBackend(variant_weights(get_model(mix.model), get_precision(get_model(mix.model), "fp32")),
-                          get_precision(get_model(mix.model), "fp32"))  # fmt: skip
+    model = get_model(mix.model)
+    fp32 = get_precision(model, "fp32")
+    reference = HFBackend(variant_weights(model, fp32), fp32)
     problems = [
         (parse_task(label).label, problem)
         for label in args.tasks

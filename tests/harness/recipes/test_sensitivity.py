@@ -145,6 +145,23 @@ def test_a_budget_writes_a_recipe_whose_layers_match_its_groups_and_bits(cache, 
     assert len(kept) == record["layers"] and (len(kept) > 0) == bool(record["kept"])
 
 
+def test_a_recipe_confirmed_on_fresh_problems_is_paired_against_fp32(cache, tmp_path, capsys):
+    """--confirm-seed: every variant at the recipe's bits and both uniform models, each cell paired against fp32
+    (here the real fine-tuned model's fp32, the small Llama's mixes beside it), written and drawn."""
+    out = tmp_path / "sens"
+    args = sensitivity(out, "--budget-bits", "5", "--confirm-seed", "1", "--confirm-samples", "4")
+    code, err, said = with_cache(cache, "harness.sensitivity", args, capsys)
+    assert code == 0, err
+    with open(out / "confirm-5bits.csv", newline="") as handle:
+        table = list(csv.DictReader(handle))
+    variants = {row["variant"] for row in table}
+    assert {"nvfp4", "fp8-dynamic", "heuristic", "random", "quantize-one ranking"} <= variants
+    assert any(name.startswith("recipe ") for name in variants) and {row["baseline"] for row in table} == {"fp32"}
+    assert len(table) == len(variants) * 2 and all(int(row["n"]) == 4 for row in table), "each cell's 4 problems"
+    assert "paired problems a cell at the discordance seen here" in said
+    assert (out / "frontier.png").read_bytes()[:4] == b"\x89PNG"
+
+
 MEMBERS = [member for members in KINDS.values() for member in members]
 
 
