@@ -20,15 +20,13 @@ the CPU's, extrapolated far from what it measured.
 
 from __future__ import annotations
 
-import os
-import signal
 import time
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
 from bench.common import log
-from harness.reports.promotion import KILL_AT
+from harness.core.faults import killed_at
 
 PAPER_GRID = Path(__file__).resolve().parent.parent / "scratch" / "configs" / "paper.yaml"
 SHAPES = {  # the longest sequence of each kind of task in the paper grid
@@ -40,13 +38,6 @@ PACKED = 3  # the seeds of a cell
 
 
 QUICK_SHAPE = "mul, base 2, n=14"  # a middle length of the grid's sequences (59 tokens)
-
-
-def killed_at(step: str) -> None:
-    """A test's fault: the process kills itself (SIGKILL, as a step's time limit does) at the step named in
-    NUMPREC_KILL_AT."""
-    if os.environ.get(KILL_AT) == step:
-        os.kill(os.getpid(), signal.SIGKILL)
 
 
 def bench_train(

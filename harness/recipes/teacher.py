@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import torch
 from transformers import DynamicCache
 
+from harness.backends import feedable_prefix
 from harness.questions.problems import Problem
 from harness.questions.prompts import user_message
 
@@ -37,20 +38,13 @@ class TeacherBatch:
     cells: list[tuple[str, int]]  # each row's (task label, length)
 
 
-def _common_prefix(rows: list[list[int]]) -> int:
-    shortest = min(len(row) for row in rows)
-    for index in range(shortest):
-        if any(row[index] != rows[0][index] for row in rows):
-            return index
-    return shortest
-
-
 def teacher_batch(tokenizer, chat_prompt, problems: list[tuple[str, Problem]], style: str = "few-shot") -> TeacherBatch:
     """The batch of ``problems`` (each with its task label), prompted as ``chat_prompt`` wraps a user message."""
     end = tokenizer.eos_token_id
-    full, starts, results = [], [], []
+    prompts, full, starts, results = [], [], [], []
     for _, problem in problems:
         prompt = tokenizer(chat_prompt(user_message(problem, style)), add_special_tokens=False)["input_ids"]
+        prompts.append(prompt)
         echo = tokenizer(f"{problem.expression} =", add_special_tokens=False)["input_ids"]
         whole = tokenizer(f"{problem.expression} = {problem.answer}", add_special_tokens=False)["input_ids"]
         # the result's tokens: after the echo where the tokenizer splits there, else the whole continuation
@@ -58,8 +52,8 @@ def teacher_batch(tokenizer, chat_prompt, problems: list[tuple[str, Problem]], s
         full.append(prompt + whole + [end])
         starts.append(len(prompt))
         results.append(len(prompt) + result)
-    # the prefix every row shares, short of any row's continuation (each row keeps at least one prompt token)
-    shared = min(_common_prefix(full), min(starts) - 1)
+    # the prefix every prompt shares, each row keeping at least one prompt token of its own (as the backend feeds)
+    shared = len(feedable_prefix(prompts))
     return TeacherBatch(
         prefix=full[0][:shared],
         rows=[row[shared:] for row in full],

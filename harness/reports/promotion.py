@@ -26,11 +26,11 @@ import hashlib
 import json
 import os
 import shutil
-import signal
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from harness.core.errors import UserError
+from harness.core.faults import killed_at
 from harness.core.files import aside_path, synced_temporary
 from harness.reports.destinations import (
     MANIFEST,
@@ -47,14 +47,8 @@ from harness.reports.destinations import (
 
 PARTIAL = ".numprec-partial"
 JOURNAL = ".numprec-journal"
-KILL_AT = "NUMPREC_KILL_AT"  # a fault for the tests: the process kills itself (SIGKILL) at the step named
 STEPS = ("staged", "journal-written", "moved-aside", "renamed-into-place", "mark-removed")
 JOURNAL_BYTES = 1 << 16
-
-
-def _step(name: str) -> None:
-    if os.environ.get(KILL_AT) == name:
-        os.kill(os.getpid(), signal.SIGKILL)
 
 
 def staging_name(out: Path) -> Path:
@@ -162,10 +156,10 @@ def finish_left(out: Path, module: str) -> str | None:
 
 def prepare_out_dir(out: Path, reads: Sequence[Path], module: str) -> None:
     """Before any work: what a killed run of the command left finished, then --out checked (destinations.py)."""
-    note = finish_left(out, module) if kind(out.parent) == "dir" else None
-    if note:
-        print(note)
-    if kind(out.parent) == "dir":
+    if kind(out.parent) == "dir":  # else nothing was ever left beside --out
+        note = finish_left(out, module)
+        if note:
+            print(note)
         clear_strays(out)
     check_out_dir(out, reads, module)
 
@@ -256,7 +250,7 @@ def _promote_dir(
     manifest = {"written_by": module, **invocation, "inputs": inputs, "files": files}
     (stage / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n", encoding="utf-8")
     _sync(stage)
-    _step("staged")
+    killed_at("staged")
     with parent_lock(out):
         previous = read_manifest(out) if kind(out) == "dir" else None
         meant = previous is not None and (previous.get("arguments"), previous.get("inputs")) == (
@@ -290,7 +284,7 @@ def _journal(out: Path, module: str, staged: Path, staged_digest: str, aside: Pa
         "aside": aside.name if aside else None,
     }
     _write_synced(journal_name(out), (json.dumps(entry) + "\n").encode("utf-8"))
-    _step("journal-written")
+    killed_at("journal-written")
 
 
 def _write_synced(path: Path, data: bytes) -> Path:
@@ -304,13 +298,13 @@ def _put_in_place(out: Path, module: str, staged: Path, aside: Path | None, mark
     _journal(out, module, staged, _staged_digest(staged), aside)
     if aside is not None:
         _rename(out, aside)
-        _step("moved-aside")
+        killed_at("moved-aside")
     _rename(staged, out)
-    _step("renamed-into-place")
+    killed_at("renamed-into-place")
     if marked:
         (out / STAGE_MARK).unlink()
         _sync(out)
-        _step("mark-removed")
+        killed_at("mark-removed")
     journal_name(out).unlink()
     _sync(out.parent)
 
@@ -324,7 +318,7 @@ def replace_file(out: Path, reads: Sequence[Path], module: str, mark: bytes, dat
     if kind(out) == "file" and digest(out) == hashlib.sha256(data).hexdigest()[:16]:
         return note  # the same page is there already
     temporary = synced_temporary(out, data)
-    _step("staged")
+    killed_at("staged")
     with parent_lock(out):
         aside = aside_path(out) if kind(out) == "file" else None
         _put_in_place(out, module, temporary, aside, marked=False)

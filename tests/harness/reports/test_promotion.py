@@ -13,7 +13,8 @@ import sys
 
 import pytest
 
-from harness.reports.promotion import KILL_AT, STEPS
+from harness.core.faults import KILL_AT
+from harness.reports.promotion import STEPS
 from tests.harness.helpers import ROOT, command_env
 from tests.harness.runs.test_merge import run
 from tests.harness.scoring.test_readers import command
