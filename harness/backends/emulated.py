@@ -18,6 +18,8 @@ import torch
 
 from harness.backends.hf_loading import query_projection
 from harness.models import PrecisionSpec
+from harness.models.formats import registry_layout
+from harness.models.mix import UNQUANTIZED
 
 
 def _side(args) -> str:
@@ -35,6 +37,12 @@ def emulation_note(model: torch.nn.Module, precision: PrecisionSpec) -> str:
     A model whose layers carry no compressed-tensors scheme is said to be what it is (``not emulated``)."""
     layer = query_projection(model)
     scheme = getattr(layer, "quantization_scheme", None)
+    if precision.mix:
+        return (
+            f"emulated by compressed-tensors {version('compressed-tensors')}, each layer in its own scheme (a mix: "
+            f"{precision.mix}): weights dequantized to bfloat16 once; activations quantized and dequantized at each "
+            "call where the layer's scheme says; bfloat16 matmul"
+        )
     if scheme is None:
         return f"not emulated: {type(layer).__name__} layers carry no compressed-tensors scheme"
     enabled = getattr(layer, "quantization_enabled", True)
@@ -55,3 +63,14 @@ def emulated_matmul(precision: PrecisionSpec) -> str:
     if precision.activation_dtype == "bfloat16":
         return "bfloat16 (weights on the format's grid)"
     return f"bfloat16 on {precision.activation_dtype} grid values (emulated)"
+
+
+def loaded_formats(model: torch.nn.Module) -> dict[str, str | None]:
+    """Each linear layer's format as compressed-tensors set it up in the loaded model: the registry precision of its
+    scheme (None: one numprec has no name for), or ``unquantized``."""
+    found = {}
+    for name, module in model.named_modules():
+        if isinstance(module, torch.nn.Linear):
+            scheme = getattr(module, "quantization_scheme", None)
+            found[name] = UNQUANTIZED if scheme is None else registry_layout(scheme.model_dump())
+    return found

@@ -31,7 +31,7 @@ from harness.backends import (
     read_every,
     shared_prefix,
 )
-from harness.backends.emulated import emulated_matmul, emulation_note
+from harness.backends.emulated import emulated_matmul, emulation_note, loaded_formats
 from harness.backends.fp8_linear import KERNEL as FP8_KERNEL
 from harness.backends.fp8_linear import fp8_matmuls, has_fp8_matmul, use_fp8_matmuls
 from harness.backends.hf_loading import (
@@ -46,6 +46,7 @@ from harness.backends.sampling import gumbel_choice, warped_candidates
 from harness.backends.static_cache import BUCKET, FilledMask, bind_once
 from harness.core.errors import one_line
 from harness.models import PrecisionSpec
+from harness.models.mix import check_loaded
 from harness.questions.answers import FIRST_LINE, AnswerMode, finishing_tokens
 
 
@@ -83,6 +84,8 @@ class HFBackend(ChatBackend):
 
     def _setup(self, model, tokenizer, precision: PrecisionSpec, batch_size: int) -> None:
         self.model, self.tokenizer, self.precision, self.batch_size = model, tokenizer, precision, batch_size
+        if precision.layer_formats:
+            check_loaded(precision, loaded_formats(model), "transformers", lambda fmt: fmt)
         self.device = model.device.type
         if precision.method == "cast" and self.device == "cpu":
             store_linear_weights_transposed(self.model)

@@ -29,7 +29,8 @@ from pathlib import Path
 from harness.backends import ChatBackend, Generation, LoadRequest, Sampling
 from harness.core.errors import UserError
 from harness.core.quiet import verbose
-from harness.models import PrecisionSpec
+from harness.models import PrecisionSpec, precision_registry
+from harness.models.mix import UNQUANTIZED, check_loaded
 from harness.models.weights import has_cuda
 from harness.questions.answers import AnswerMode, stop_length
 
@@ -158,6 +159,27 @@ def server_command(weights: str, name: str, precision: PrecisionSpec, host: str,
     return command + ([] if has_cuda() else ["--enforce-eager"])
 
 
+def check_vllm_kernels(precision: PrecisionSpec) -> None:
+    """A format vLLM's CPU build has no kernel for (precisions.yaml's vllm_cpu), said before any work on a machine
+    without CUDA: the precision's, or any of a mix's."""
+    if has_cuda():
+        return
+    registry = precision_registry()
+    formats = {fmt for _, fmt in precision.layer_formats if fmt != UNQUANTIZED} or {precision.weights_name}
+    missing = sorted(fmt for fmt in formats if fmt in registry and not registry[fmt].vllm_cpu)
+    if missing:
+        within = f" (in {precision.name})" if precision.layer_formats else ""
+        raise UserError(
+            f"vLLM's CPU build has no {', '.join(missing)} kernel{within}: run it with --backend hf here, or with "
+            "--backend vllm on a CUDA GPU"
+        )
+
+
+def loaded_as(fmt: str) -> str | None:
+    """What vLLM's worker reports for a layer in a registry format (precisions.yaml's vllm_scheme), or None."""
+    return "UnquantizedLinearMethod" if fmt == UNQUANTIZED else precision_registry()[fmt].vllm_scheme or None
+
+
 class VLLMBackend(ChatBackend):
     @classmethod
     def load(cls, request: LoadRequest) -> VLLMBackend:
@@ -210,6 +232,22 @@ class VLLMBackend(ChatBackend):
         self.engine = Engine(vllm_python(), engine_environment(batch_invariant, tensor_parallel_size == 1))
         self.info = self.engine.ask({"load": load, "lora": adapter})["ready"]
         self.device = self.info["device"]
+        if precision.layer_formats:
+            self._check_mix(precision)
+
+    def _check_mix(self, precision: PrecisionSpec) -> None:
+        """A mix's layers as vLLM loaded them, each against the scheme class its format loads as (precisions.yaml's
+        vllm_scheme): a layer vLLM runs in another format is one line, before any problem is asked."""
+        loaded = self.info.get("layers")
+        if loaded is None:
+            self.info["linear"] += "; the mix's layers not checked (vLLM's workers not readable)"
+            return
+        try:
+            check_loaded(precision, loaded, f"vLLM {self.info['vllm']}", loaded_as)
+        except UserError:
+            self.close()
+            raise
+        self.info["linear"] += f"; each of the mix's {len(precision.layer_formats)} layers loaded as declared"
 
     @property
     def footprint_mb(self) -> float:

@@ -48,11 +48,28 @@ def linear_method(model) -> str:
     return "dense"
 
 
+def layer_schemes(model) -> dict:
+    """Each linear layer's scheme class as vLLM loaded it (``UnquantizedLinearMethod`` where none), by the
+    checkpoint's layer names: a fused layer (qkv_proj, gate_up_proj) stands for each of its members."""
+    packed = getattr(model, "packed_modules_mapping", None) or {}
+    found = {}
+    for name, module in model.named_modules():
+        method = getattr(module, "quant_method", None)
+        if method is None or not type(method).__name__.endswith("LinearMethod"):
+            continue
+        scheme = type(getattr(module, "scheme", None) or method).__name__
+        prefix, _, last = name.rpartition(".")
+        for member in packed.get(last, [last]):
+            found[f"{prefix}.{member}" if prefix else member] = scheme
+    return found
+
+
 def describe(runner) -> dict:
-    """What ran, read from the model runner inside vLLM's worker: attention backend and linear method."""
+    """What ran, read from the model runner inside vLLM's worker: attention backend, linear method, and each linear
+    layer's scheme."""
     groups = getattr(runner, "attn_groups", None) or [[]]
     attention = groups[0][0].backend.get_name() if groups[0] else "unknown"
-    return {"attention": attention, "linear": linear_method(runner.model)}
+    return {"attention": attention, "linear": linear_method(runner.model), "layers": layer_schemes(runner.model)}
 
 
 def load(request: dict) -> tuple[object, object, dict]:
@@ -70,7 +87,7 @@ def load(request: dict) -> tuple[object, object, dict]:
     try:  # one engine process (VLLM_ENABLE_V1_MULTIPROCESSING=0): the worker's runner is reachable by a call
         found = llm.llm_engine.model_executor.collective_rpc(lambda worker: describe(worker.model_runner))[0]
     except Exception as err:  # several workers (tensor parallel) answer only calls they can unpickle
-        found = {"attention": f"not read ({type(err).__name__})", "linear": "not read"}
+        found = {"attention": f"not read ({type(err).__name__})", "linear": "not read", "layers": None}
     info = {
         "vllm": vllm.__version__,
         "device": str(config.device_config.device),

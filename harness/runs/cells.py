@@ -178,6 +178,7 @@ def score_cell(backend, cell: Cell, spec: RunSpec, generations, wall: float, tok
         kernel=backend.kernel,
         matmul_precision=backend.matmul_precision,
         kv_cache=backend.kv_cache,
+        mix=precision.mix,
         prompt_style=spec.prompt,
         answer_mode=spec.answer.describe(),
         **length_fields(samples),

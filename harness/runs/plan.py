@@ -8,9 +8,10 @@ from pathlib import Path
 
 from harness.backends import backend_for, check_thinking_switch, read_every
 from harness.backends.api import Endpoint
-from harness.backends.vllm import vllm_python
+from harness.backends.vllm import check_vllm_kernels, vllm_python
 from harness.core.errors import UserError
 from harness.models import (
+    KV_FP8,
     EndpointSource,
     ModelSpec,
     PrecisionSpec,
@@ -21,8 +22,8 @@ from harness.models import (
     tokenizer_model,
     with_kv_cache,
 )
-from harness.models.checkpoints import check_transformers_can_read, quantization_config
-from harness.models.formats import declared_precision
+from harness.models.checkpoints import Checkpoint, check_transformers_can_read, read_checkpoint
+from harness.models.mix import mix_precision
 from harness.models.weights import (
     check_adapter_dir,
     check_hardware,
@@ -55,25 +56,33 @@ class Variant:
         return f"{self.model.name} {self.precision.name}" + (f" +adapter {self.adapter}" if self.adapter else "")
 
 
-def precisions_for(model: ModelSpec, spec: RunSpec) -> list[str]:
+def precisions_for(model: ModelSpec, spec: RunSpec, checkpoint: Checkpoint | None) -> list[str]:
     """--precision is strict; a --model-path checkpoint whose quantization_config declares a registry precision runs at
-    it; a config's precisions apply where the model takes them, else its default."""
+    it, and a mix at its own label (and at no --precision); a config's precisions apply where the model takes them,
+    else its default."""
+    mix = checkpoint.mix if checkpoint else None
+    if mix and spec.precisions:
+        raise UserError(
+            f"--model-path {checkpoint.path} is a mix ({mix.describe()}): each layer runs in its own format; "
+            f"drop --precision (its rows are labelled {mix.label})"
+        )
     if spec.precisions:
         return spec.precisions
-    declared = declared_precision(quantization_config(spec.model_path)) if spec.model_path else None
-    if declared:
-        return [declared]
+    if checkpoint and checkpoint.precision:
+        return [checkpoint.precision]
     taken = [name for name in spec.config_precisions or [] if name in model.precisions]
     return taken or [model.default_precision]
 
 
-def series_of(spec: RunSpec) -> list[tuple[str, str]]:
+def series_of(spec: RunSpec, checkpoint: Checkpoint | None) -> list[tuple[str, str]]:
     """(model, precision) of every series, in order: a config's variants, or each model at its precisions; with
     --kv-cache fp8, each precision with an fp8 KV cache."""
     if spec.variants:
         series = list(spec.variants)
     else:
-        series = [(name, precision) for name in spec.models for precision in precisions_for(get_model(name), spec)]
+        series = [
+            (name, precision) for name in spec.models for precision in precisions_for(get_model(name), spec, checkpoint)
+        ]
     return [(name, with_kv_cache(precision, spec.kv_cache)) for name, precision in series]
 
 
@@ -82,9 +91,14 @@ def plan_variants(spec: RunSpec) -> list[Variant]:
     plan order), then the weights and checkpoints."""
     variants = []
     named = []
-    for name, precision_name in series_of(spec):
+    checkpoint = read_checkpoint(spec.model_path) if spec.model_path else None
+    mix = checkpoint.mix if checkpoint else None
+    for name, precision_name in series_of(spec, checkpoint):
         model = get_model(name)
-        precision = get_precision(model, precision_name)
+        if mix and precision_name.removesuffix(KV_FP8) == mix.label:
+            precision = mix_precision(model, mix, precision_name)
+        else:
+            precision = get_precision(model, precision_name)
         named.append((model, precision, backend_for(spec.backend, precision)))
     if any(backend == "hf" for _, _, backend in named):
         read_every()  # the transformers backend's setting, said before any work when it is not one
@@ -97,6 +111,7 @@ def plan_variants(spec: RunSpec) -> list[Variant]:
         check_hardware(model, precision)
         if backend == "vllm":
             vllm_python()  # vLLM's environment missing: said before any work
+            check_vllm_kernels(precision)
         check_weights(model, spec.model_path, precision)
         if backend == "hf" and precision.prequantized:
             check_transformers_can_read(variant_weights(model, precision, spec.model_path, prepare=False))

@@ -95,6 +95,9 @@ class CellResult:
     truncated: int = 0
     # Outputs whose statements of the answer differ (harness/scoring/: a conflict, never correct; among no_answer)
     conflicts: int = 0
+    # A checkpoint whose layers hold several formats (harness.quantize --recipe): which formats, in how many of the
+    # linear layers, and the bits a weight as stored (lm_head apart); weight_bits is then its base format's
+    mix: str = ""
 
     @property
     def key(self) -> CellKey:
@@ -107,7 +110,7 @@ LATER_COLUMNS = {"kernel", "matmul_precision", "flip_k", "flip_outputs", "flip_v
 LATER_COLUMNS |= {"precision_source", "endpoint", "served_model", "request_mode", "decoding_params", "prompt_tokens"}
 LATER_COLUMNS |= {"machine", "cut_replies", "prompt_style", "answer_mode", "tokens_mean", "tokens_median"}
 LATER_COLUMNS |= {"tokens_p90", "tokens_max", "thinking_tokens_mean", "answer_tokens_mean", "truncated", "conflicts"}
-LATER_COLUMNS |= {"kv_cache"}
+LATER_COLUMNS |= {"kv_cache", "mix"}
 _INT_COLUMNS = {f.name for f in fields(CellResult) if f.type == "int"}
 _FLOAT_COLUMNS = {f.name for f in fields(CellResult) if f.type == "float"}
 

@@ -22,10 +22,9 @@ import torch
 from harness.backends.hf import HFBackend
 from harness.models import get_model, precision_registry
 from harness.models.weights import quantized_dir
-from harness.recipes.bits import stored_tensors
 from harness.recipes.groups import KINDS, module_groups
 from harness.recipes.mixer import Mixer
-from harness.recipes.recipe_file import recipe_layers, recipe_text
+from harness.recipes.recipe_file import recipe_layers
 from tests.harness.helpers import ROOT, assert_user_error, command_env, needs_quantize_env, run_module
 from tests.harness.models.test_formats import checkpoints  # noqa: F401  (the session's checkpoints, made once)
 from tests.harness.scoring.test_readers import command, refused
@@ -188,32 +187,6 @@ def test_bad_input_is_one_line(args, fragment, cache, tmp_path, capsys):
     finally:
         os.environ.pop("NUMPREC_CACHE")
     assert not (tmp_path / "out").exists()
-
-
-def test_harness_quantize_makes_the_mixed_checkpoint_a_recipe_describes(tiny_llama, tmp_path):
-    """A recipe of NVFP4 with two groups at FP8 (as harness.sensitivity writes one), made by harness.quantize
-    --recipe: the checkpoint's config groups are the recipe's, and each layer is stored in its group's format (FP8
-    codes for the kept layers, packed FP4 codes with their scales for the rest)."""
-    kept = [f"model.layers.0.{member}" for member in KINDS["qkv"]] + ["model.layers.3.mlp.down_proj"]
-    every = [f"model.layers.{block}.{member}" for block in range(4) for member in MEMBERS]
-    recipe = tmp_path / "recipe.yaml"
-    recipe.write_text(recipe_text("NVFP4", "FP8_DYNAMIC", [n for n in every if n not in kept], kept, ["lm_head"], "t"))
-    out = tmp_path / "mix"
-    result = run_module(
-        "harness.quantize", "--model", "smollm2", "--model-path", str(tiny_llama), "--recipe", str(recipe),
-        "--samples", "8", "--out", str(out),
-    )  # fmt: skip
-    assert result.returncode == 0, result.stderr[-3000:]
-    config = json.loads((out / "config.json").read_text())["quantization_config"]
-    made = sorted(sorted(group["targets"]) for group in config["config_groups"].values())  # llm-compressor renames
-    asked = sorted(sorted(targets) for name, targets in recipe_layers(recipe.read_text()).items() if name != "ignore")
-    assert made == asked and config["ignore"] == ["lm_head"]
-    tensors = stored_tensors(out)
-    for layer in every:
-        if layer in kept:
-            assert tensors[f"{layer}.weight"]["dtype"] == "F8_E4M3", layer
-        else:
-            assert tensors[f"{layer}.weight_packed"]["dtype"] == "U8" and f"{layer}.weight_global_scale" in tensors
 
 
 def test_a_recipe_that_is_not_one_is_one_line(tmp_path):

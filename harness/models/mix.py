@@ -1,0 +1,202 @@
+"""A checkpoint whose linear layers hold different formats (a mix: harness.quantize --recipe writes one from the
+recipe harness.sensitivity chose): each layer's format as compressed-tensors itself assigns it (its own matcher over
+the config groups' targets and ``ignore``), the bits the weights take as stored, and the label its rows carry.
+
+The layers are read from the architecture (built on the meta device: no weights load); lm_head is stated apart, as
+the recipes state it. A mix's evidence is checked against itself: the recipe the checkpoint was made from (its
+recipe.yaml, and the recipe numprec_quantize.json recorded) must give every layer the format config.json gives it.
+
+>>> mix = Mix({"a.q": "nvfp4", "a.k": "nvfp4", "a.o": "fp8-dynamic", "lm_head": UNQUANTIZED}, 4.99)
+>>> mix.describe()
+'nvfp4, fp8-dynamic in 1 of 3 layers, 4.99 bits; lm_head unquantized'
+>>> mix.label
+'nvfp4-mix-4.99b-8965'
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections import Counter
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from harness.core.errors import UserError
+from harness.models.formats import registry_layout
+from harness.models.registry import ModelSpec, PrecisionSpec, get_precision
+from harness.models.stored_bits import layer_bits
+
+UNQUANTIZED = "unquantized"  # a layer no config group targets: it stays in the model's dtype
+MIX_TAG = "-mix-"
+
+
+def plural(count: int, noun: str) -> str:
+    return f"{count} {noun}{'' if count == 1 else 's'}"
+
+
+HEAD = "lm_head"
+
+
+@dataclass(frozen=True)
+class Mix:
+    """Each linear layer's format (a registry precision, or ``UNQUANTIZED``) and the stored bits a weight over the
+    layers other than lm_head."""
+
+    schemes: Mapping[str, str]
+    bits: float
+
+    @property
+    def counts(self) -> Counter:
+        """How many layers (lm_head apart) hold each format, most first."""
+        return Counter(scheme for layer, scheme in self.schemes.items() if layer != HEAD)
+
+    @property
+    def base(self) -> str:
+        """The quantized format most layers hold: the one the mix is named after."""
+        return next(scheme for scheme, _ in self.counts.most_common() if scheme != UNQUANTIZED)
+
+    @property
+    def label(self) -> str:
+        """The precision column's value: the base format, the bits, and a digest of the layers' formats (two mixes
+        at equal bits are two series)."""
+        digest = hashlib.sha1(json.dumps(dict(sorted(self.schemes.items()))).encode()).hexdigest()[:4]
+        return f"{self.base}{MIX_TAG}{self.bits:.2f}b-{digest}"
+
+    def describe(self) -> str:
+        """What the rows say of the mix: the base format, each other format's share of the layers, the bits."""
+        total = sum(self.counts.values())
+        counts = self.counts.items()
+        others = [f"{scheme} in {count} of {total} layers" for scheme, count in counts if scheme != self.base]
+        head = f"; lm_head {self.schemes[HEAD]}" if HEAD in self.schemes else ""
+        return f"{', '.join([self.base, *others])}, {self.bits:.2f} bits{head}"
+
+
+def mix_precision(model: ModelSpec, mix: Mix, name: str) -> PrecisionSpec:
+    """The precision a mix runs at: its base format's, named ``name`` (the label, with +kv-fp8 where asked), its
+    dtypes those of every format in it. Each format must be one the model runs at."""
+    formats = [get_precision(model, scheme) for scheme, _ in mix.counts.most_common() if scheme != UNQUANTIZED]
+    base = get_precision(model, mix.base + name.removeprefix(mix.label))
+    kept = ["bfloat16"] if UNQUANTIZED in mix.counts else []
+
+    def joined(side: str) -> str:
+        return "+".join(dict.fromkeys([getattr(spec, side) for spec in formats] + kept))
+
+    return base.model_copy(
+        update={
+            "name": name,
+            "weight_dtype": joined("weight_dtype"),
+            "activation_dtype": joined("activation_dtype"),
+            "weight_format": f"a mix: {mix.describe()}",
+            "activation_format": "each layer's format's",
+            "mix": mix.describe(),
+            "layer_formats": tuple(sorted(mix.schemes.items())),
+        }
+    )
+
+
+def check_loaded(precision: PrecisionSpec, loaded: Mapping[str, str], engine: str, expected: Callable) -> None:
+    """The layers ``engine`` loaded (layer -> what it reports) against a mix's formats: ``expected(format)`` is what
+    the engine reports for a layer in that format (None: not checked). A layer in another format, or a layer of
+    the mix the engine did not load (lm_head apart, which a tied model shares with the embeddings), is one line."""
+    differ = []
+    for layer, fmt in precision.layer_formats:
+        want = expected(fmt)
+        if want is not None and loaded.get(layer, None if layer != HEAD else want) != want:
+            differ.append((layer, fmt, loaded.get(layer, "nothing")))
+    if differ:
+        layer, fmt, found = differ[0]
+        raise UserError(
+            f"{engine} loaded {plural(len(differ), 'layer')} otherwise than the checkpoint's mix declares "
+            f"({layer}: {found}, declared {fmt}); the checkpoint's config.json and its weights disagree: make it "
+            "again with python -m harness.quantize --recipe"
+        )
+
+
+def linear_modules(path: Path) -> dict:
+    """The architecture's linear layers by name, built on the meta device from config.json (no weights read)."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    config = AutoConfig.from_pretrained(path)
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(config)
+    return {name: module for name, module in model.named_modules() if isinstance(module, torch.nn.Linear)}
+
+
+def layer_schemes(groups_holder: Mapping, modules: Mapping, where: str) -> dict[str, str | None]:
+    """Each layer's format under a quantization config or a recipe's QuantizationModifier (both hold
+    ``config_groups`` and ``ignore``), matched as compressed-tensors matches; None for a group numprec has no
+    precision for."""
+    from compressed_tensors.utils import is_match
+
+    groups = groups_holder.get("config_groups") or {}
+    ignore = groups_holder.get("ignore") or []
+    if not isinstance(groups, Mapping) or not all(isinstance(group, Mapping) for group in groups.values()):
+        raise UserError(f"{where}: config_groups must map names to schemes with targets; make it again")
+    found = {}
+    for name, module in modules.items():
+        group = next((g for g in groups.values() if is_match(name, module, g.get("targets") or [], ignore)), None)
+        found[name] = UNQUANTIZED if group is None else registry_layout(group)
+    return found
+
+
+def read_mix(path: Path, config: Mapping) -> Mix | None:
+    """The mix a compressed-tensors checkpoint holds, or None where its layers (lm_head apart) hold one format. A
+    layer in a format numprec has no precision for, or a recipe beside it that gives a layer another format, is one
+    line."""
+    modules = linear_modules(path)
+    schemes = layer_schemes(config, modules, f"{path}/config.json")
+    unknown = sorted(layer for layer, scheme in schemes.items() if scheme is None)
+    if unknown:
+        raise UserError(
+            f"{path}: {len(unknown)} layers ({unknown[0]}, ...) hold a format no numprec precision has; see "
+            "docs/precisions.md for those it runs"
+        )
+    if len({scheme for layer, scheme in schemes.items() if layer != HEAD}) < 2:
+        return None
+    for recipe, text in _recipes(path):
+        _check_recipe(path, recipe, text, schemes, modules)
+    shapes = {name: tuple(module.weight.shape) for name, module in modules.items() if name != HEAD}
+    bits = layer_bits(path, list(shapes), shapes)
+    weights = sum(rows * columns for rows, columns in shapes.values())
+    total = sum(bits.get(layer, 16.0) * rows * columns for layer, (rows, columns) in shapes.items())
+    return Mix(schemes, total / weights)  # type: ignore[arg-type]
+
+
+def _recipes(path: Path) -> list[tuple[str, str]]:
+    """The recipes a checkpoint records: llm-compressor's recipe.yaml, and the text numprec_quantize.json kept."""
+    found = []
+    if (path / "recipe.yaml").is_file():
+        found.append(("recipe.yaml", (path / "recipe.yaml").read_text(encoding="utf-8")))
+    try:
+        kept = json.loads((path / "numprec_quantize.json").read_text(encoding="utf-8")).get("recipe_file")
+    except (OSError, ValueError, AttributeError):
+        kept = None
+    if isinstance(kept, str):
+        found.append(("the recipe numprec_quantize.json records", kept))
+    return found
+
+
+def recipe_modifier(text: str) -> Mapping | None:
+    """A recipe's QuantizationModifier (config_groups, ignore), or None where the text holds none."""
+    import yaml
+
+    try:
+        modifier = yaml.safe_load(text)["quant_stage"]["quant_modifiers"]["QuantizationModifier"]
+    except (yaml.YAMLError, KeyError, TypeError):
+        return None
+    return modifier if isinstance(modifier, Mapping) else None
+
+
+def _check_recipe(path: Path, recipe: str, text: str, schemes: Mapping, modules: Mapping) -> None:
+    modifier = recipe_modifier(text)
+    asked = layer_schemes(modifier, modules, f"{path}/{recipe}") if modifier else {}
+    differ = sorted(layer for layer in schemes if asked.get(layer) != schemes[layer])
+    if differ:
+        first = differ[0]
+        raise UserError(
+            f"{path}: {recipe} and config.json disagree on {plural(len(differ), 'layer')} "
+            f"({first}: {asked.get(first)} in the recipe, {schemes[first]} in config.json); the checkpoint is not "
+            "what its recipe made: make it again with python -m harness.quantize --recipe"
+        )

@@ -1,0 +1,149 @@
+"""Mixed checkpoints for real: the small Llama made by ``harness.quantize --recipe`` (as harness.sensitivity writes
+one) and evaluated by ``harness.eval --model-path`` on transformers and on vLLM's CPU engine. The rows name the mix;
+the layers each engine loaded are checked against the checkpoint's own; a recipe changed after the checkpoint was
+made, and a format vLLM's CPU build has no kernel for, are one line."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import pytest
+
+from harness.core.errors import UserError
+from harness.models import get_model
+from harness.models.checkpoints import read_checkpoint
+from harness.models.mix import check_loaded, mix_precision, recipe_modifier
+from harness.models.stored_bits import stored_tensors
+from harness.recipes.groups import KINDS
+from harness.recipes.recipe_file import recipe_text
+from tests.devices import HAS_CUDA
+from tests.harness.helpers import assert_user_error, needs_quantize_env, require_vllm, run_module
+
+pytestmark = [needs_quantize_env, pytest.mark.xdist_group("vllm"), pytest.mark.slow]
+
+MEMBERS = [member for members in KINDS.values() for member in members]
+EVERY = [f"model.layers.{block}.{member}" for block in range(4) for member in MEMBERS]
+KEPT = [f"model.layers.0.{member}" for member in KINDS["qkv"]] + ["model.layers.3.mlp.down_proj"]
+
+
+def make_mix(tiny_llama: Path, out: Path, target: str, keep: str | None) -> Path:
+    """The small Llama with KEPT at ``keep`` (None: left in bf16) and the rest at ``target``."""
+    recipe = out.parent / f"{out.name}.yaml"
+    targets = [name for name in EVERY if name not in KEPT]
+    recipe.write_text(recipe_text(target, keep, targets, KEPT, ["lm_head"], "a test's mix"))
+    result = run_module(
+        "harness.quantize", "--model", "smollm2", "--model-path", str(tiny_llama), "--recipe", str(recipe),
+        "--samples", "4", "--out", str(out),
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    return out
+
+
+@pytest.fixture(scope="module")
+def nvfp4_mix(tiny_llama, tmp_path_factory) -> Path:
+    return make_mix(tiny_llama, tmp_path_factory.mktemp("mixes") / "nvfp4-fp8", "NVFP4", "FP8_DYNAMIC")
+
+
+@pytest.fixture(scope="module")
+def fp8_mix(tiny_llama, tmp_path_factory) -> Path:
+    return make_mix(tiny_llama, tmp_path_factory.mktemp("mixes") / "fp8-bf16", "FP8_DYNAMIC", None)
+
+
+def evaluate(model_path: Path, out: Path, *extra: str):
+    grid = ["--model", "smollm2", "--tasks", "add", "--lengths", "1", "--samples", "2"]
+    return run_module("harness.eval", *grid, "--model-path", str(model_path), *extra, "--out", str(out), timeout=600)
+
+
+def rows(out: Path) -> list[dict]:
+    with open(out / "results.csv", newline="") as handle:
+        return list(csv.DictReader(handle))
+
+
+def test_harness_quantize_stores_each_layer_in_its_groups_format(nvfp4_mix):
+    """The checkpoint's config groups are the recipe's, each layer stored in its group's format (FP8 codes for the
+    kept layers, packed FP4 codes with their scales for the rest), and read back as the same mix."""
+    config = json.loads((nvfp4_mix / "config.json").read_text())["quantization_config"]
+    recipe = recipe_modifier((nvfp4_mix.parent / "nvfp4-fp8.yaml").read_text())
+    made = sorted(sorted(group["targets"]) for group in config["config_groups"].values())  # llm-compressor renames
+    assert made == sorted(sorted(group["targets"]) for group in recipe["config_groups"].values())
+    assert config["ignore"] == ["lm_head"]
+    tensors = stored_tensors(nvfp4_mix)
+    for layer in EVERY:
+        if layer in KEPT:
+            assert tensors[f"{layer}.weight"]["dtype"] == "F8_E4M3", layer
+        else:
+            assert tensors[f"{layer}.weight_packed"]["dtype"] == "U8" and f"{layer}.weight_global_scale" in tensors
+    mix = read_checkpoint(nvfp4_mix).mix
+    assert mix is not None and mix.counts == {"nvfp4": len(EVERY) - len(KEPT), "fp8-dynamic": len(KEPT)}
+    assert mix.schemes["lm_head"] == "unquantized" and 4.5 < mix.bits < 8
+
+
+def test_transformers_runs_a_mix_and_its_rows_name_it(nvfp4_mix, tmp_path):
+    result = evaluate(nvfp4_mix, tmp_path / "run")
+    assert result.returncode == 0, result.stderr[-3000:]
+    (row,) = rows(tmp_path / "run")
+    mix = read_checkpoint(nvfp4_mix).mix
+    assert row["precision"] == mix.label and row["precision"].startswith("nvfp4-mix-")
+    assert row["mix"] == f"nvfp4, fp8-dynamic in 4 of 28 layers, {mix.bits:.2f} bits; lm_head unquantized"
+    assert row["weight_dtype"] == "float4_e2m1+float8_e4m3fn" and "each layer in its own scheme" in row["kernel"]
+
+
+def test_a_precision_asked_of_a_mix_is_one_line(nvfp4_mix, tmp_path):
+    result = evaluate(nvfp4_mix, tmp_path / "run", "--precision", "nvfp4")
+    assert_user_error(result, "each layer runs in its own format; drop --precision")
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_recipe_changed_after_the_checkpoint_was_made_is_caught(nvfp4_mix, tmp_path):
+    """recipe.yaml edited to keep another layer at FP8 than config.json and the weights hold: refused before any
+    weights load, naming the layer."""
+    changed = tmp_path / "changed"
+    changed.mkdir()
+    for path in nvfp4_mix.iterdir():
+        (changed / path.name).symlink_to(path)
+    (changed / "recipe.yaml").unlink()
+    text = (nvfp4_mix / "recipe.yaml").read_text()
+    edited = text.replace("(0|1|2)\\.mlp\\.down_proj", "(0|1)\\.mlp\\.down_proj", 1)
+    assert edited != text, "the recipe's down_proj targets moved; update the edit"
+    (changed / "recipe.yaml").write_text(edited)
+    result = evaluate(changed, tmp_path / "run")
+    assert_user_error(
+        result, "recipe.yaml and config.json disagree on 1 layer (model.layers.2.mlp.down_proj: unquantized"
+    )
+    assert not (tmp_path / "run").exists()
+
+
+def test_vllm_runs_a_mix_it_has_kernels_for_and_checks_each_layer(fp8_mix, tmp_path):
+    """FP8 with some layers left in bf16: vLLM's CPU engine loads each layer as the checkpoint declares (read from
+    its worker), and the same loaded layers are caught against a changed mix."""
+    require_vllm()
+    from harness.backends.vllm import VLLMBackend, loaded_as
+
+    checkpoint = read_checkpoint(fp8_mix)
+    result = evaluate(fp8_mix, tmp_path / "run", "--backend", "vllm")
+    assert result.returncode == 0, result.stderr[-3000:]
+    (row,) = rows(tmp_path / "run")
+    assert row["precision"] == checkpoint.mix.label and row["mix"].startswith("fp8-dynamic, unquantized in 4 of 28")
+    assert "each of the mix's 29 layers loaded as declared" in row["kernel"], row["kernel"]
+    precision = mix_precision(get_model("smollm2"), checkpoint.mix, checkpoint.mix.label)
+    backend = VLLMBackend(str(fp8_mix), precision)
+    try:
+        loaded = backend.info["layers"]
+        assert loaded["model.layers.0.self_attn.k_proj"] == "UnquantizedLinearMethod"
+        assert loaded["model.layers.1.self_attn.k_proj"] == "CompressedTensorsW8A8Fp8"
+        formats = dict(precision.layer_formats)
+        formats["model.layers.1.mlp.up_proj"] = "unquantized"  # the mix another recipe would have made
+        changed = precision.model_copy(update={"layer_formats": tuple(formats.items())})
+        with pytest.raises(UserError, match=r"loaded 1 layer otherwise .*model\.layers\.1\.mlp\.up_proj"):
+            check_loaded(changed, loaded, "vLLM", loaded_as)
+    finally:
+        backend.close()
+
+
+@pytest.mark.skipif(HAS_CUDA, reason="vLLM's CUDA build has NVFP4 kernels")
+def test_a_format_vllms_cpu_build_cannot_run_is_one_line(nvfp4_mix, tmp_path):
+    require_vllm()
+    result = evaluate(nvfp4_mix, tmp_path / "run", "--backend", "vllm")
+    assert_user_error(result, "vLLM's CPU build has no nvfp4 kernel (in nvfp4-mix-")
