@@ -15,10 +15,12 @@ from __future__ import annotations
 
 import json
 import time
+from argparse import ArgumentTypeError
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+import torch
 from tqdm import tqdm
 
 from harness.backends.hf import HFBackend
@@ -36,10 +38,10 @@ from harness.recipes.frontier import frontier_png
 from harness.recipes.groups import GRANULARITIES, groups_of
 from harness.recipes.mixer import Mixer
 from harness.recipes.recipe_file import recipe_text
-from harness.recipes.search import choose
+from harness.recipes.search import Choice, choose, fewest, ranked
 from harness.recipes.table import effects, fill_table, heatmap_png, jobs, read_table
 from harness.recipes.teacher import score, teacher_batch
-from harness.runs.compare import comparisons_csv
+from harness.runs.compare import comparisons_csv, paired_difference_interval
 
 RECORD = "sensitivity.json"
 RUNS_ON = ("cast", "compressed")  # what the transformers backend loads layer by layer
@@ -55,15 +57,31 @@ def parser() -> ArgParser:
     parser.add_argument("--samples", type=SAMPLES.arg, default=64, help="problems per task and length (default 64)")
     parser.add_argument("--seed", type=SEED.arg, default=0, help="the calibration problems' seed (default 0)")
     parser.add_argument("--groups", choices=GRANULARITIES, default="module", help="module groups or whole blocks")
-    parser.add_argument(
+    recipe = parser.add_mutually_exclusive_group()
+    recipe.add_argument(
         "--budget-bits", type=float, help="also choose the groups to keep within this many bits a weight (a recipe)"
     )
+    recipe.add_argument(
+        "--margin", type=margin_arg, help="or the fewest bits whose exact match at the longest length stays within "
+        "this difference of fp32's on the search problems (0.02: two points)",
+    )  # fmt: skip
     parser.add_argument(
         "--confirm-seed", type=SEED.arg, help="confirm the recipe on this seed's evaluation problems (paired vs fp32)"
     )
     parser.add_argument("--confirm-samples", type=SAMPLES.arg, default=200, help="problems a cell to confirm on")
     parser.add_argument("--out", type=output_dir, required=True, help="the directory of the table")
     return parser
+
+
+def margin_arg(text: str) -> float:
+    """--margin: a difference in exact match between 0 and 1 (0.02 is two points)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 < value < 1:
+        raise ArgumentTypeError(f"a difference in exact match between 0 and 1 (0.02: two points), not {text}")
+    return value
 
 
 def check_precisions(model, target, keep) -> None:
@@ -123,8 +141,8 @@ def problems_of(args) -> list:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
-    if args.confirm_seed is not None and args.budget_bits is None:
-        raise UserError("--confirm-seed confirms a recipe: give --budget-bits B as well")
+    if args.confirm_seed is not None and args.budget_bits is None and args.margin is None:
+        raise UserError("--confirm-seed confirms a recipe: give --budget-bits B or --margin D as well")
     model = get_model(args.model)
     target, keep = get_precision(model, args.precision), get_precision(model, args.keep)
     check_precisions(model, target, keep)
@@ -173,13 +191,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     phases["draw"] = time.perf_counter() - started
     own |= {"phases": phases, "bits": summary, "groups": len(groups), "problems": len(batch.rows)}
     own["machine"] = describe()
+    own["recipes"] = record.get("recipes", {})  # the earlier recipes stay whatever this one's search comes to
     atomic_write_text(args.out / RECORD, json.dumps(own, indent=1) + "\n")
-    own["recipes"] = record.get("recipes", {})
     say(rows, phases, summary, args.out)
-    if args.budget_bits is not None:
+    if args.budget_bits is not None or args.margin is not None:
         mix = Mix(model.name, target, keep, [layer for layer in quantized if layer in bits[keep.name]], shapes, bits)
         made = write_recipe(args, mix, mixer, groups, rows, batch)
-        own["recipes"] = {**record.get("recipes", {}), f"{args.budget_bits:g}": made}
+        own["recipes"] = {**record.get("recipes", {}), made["name"]: made}
         if any(recipe.get("confirmed") for recipe in own["recipes"].values()):
             title = f"{model.name}: mixes of {target.name} and {keep.name}, confirmed against fp32"
             atomic_write_bytes(args.out / "frontier.png", frontier_png(own["recipes"], title))
@@ -201,14 +219,23 @@ class Mix:
 
 
 def write_recipe(args, mix: Mix, mixer: Mixer, groups: list, rows: list[dict], batch) -> dict:
-    """The groups to keep within --budget-bits (harness/recipes/search.py), the mix scored as a whole on the
-    search's problems, and the llm-compressor recipe that makes it (recipe-Bbits.yaml)."""
+    """The groups to keep within --budget-bits, or the fewest bits within --margin of fp32 (harness/recipes/search.py),
+    the mix scored as a whole on the search's problems, and the llm-compressor recipe that makes it
+    (recipe-Bbits.yaml, recipe-margin-D.yaml)."""
     members = {group.name: [layer for layer in group.layers if layer in mix.layers] for group in groups}
     found = effects(rows)
     gains = {name: values["gain"] for name, values in found.items()}
     target_bits, keep_bits = mix.bits[mix.target.name], mix.bits[mix.keep.name]
-    choice = choose(members, gains, target_bits, keep_bits, mix.shapes, args.budget_bits)
-    kept = [layer for name in choice.kept for layer in members[name]]
+    wanted = args.margin is not None or args.confirm_seed is not None
+    reference = reference_model(mix.model) if wanted else None  # fp32, loaded once for the search and confirmation
+    if args.margin is None:
+        choice = choose(members, gains, target_bits, keep_bits, mix.shapes, args.budget_bits)
+        name, how = f"{args.budget_bits:g}bits", f"within {args.budget_bits:g} bits"
+    else:
+        order = ranked(members, gains, target_bits, keep_bits, mix.shapes)
+        choice = margin_choice(args, mix, mixer, members, order, batch, reference)
+        name, how = f"margin-{args.margin:g}", f"as the fewest bits within --margin {args.margin} of fp32"
+    kept = [layer for group in choice.kept for layer in members[group]]
     mixer.use(kept)
     scores = score(mixer.model, batch, _pad(mixer))
     mixer.use(())
@@ -216,7 +243,7 @@ def write_recipe(args, mix: Mix, mixer: Mixer, groups: list, rows: list[dict], b
     note = (
         f"numprec recipe: {mix.model} at {mix.target.name}, {len(choice.kept)} groups ({len(kept)} of "
         f"{len(mix.layers)} layers) at {mix.keep.name}: {choice.bits:.3f} bits a weight of the quantized layers\n"
-        f"chosen by harness.sensitivity within --budget-bits {args.budget_bits} from restore-one gains on seed "
+        f"chosen by harness.sensitivity {how} from restore-one gains on seed "
         f"{args.seed}'s calibration problems ({', '.join(args.tasks)}; n {args.lengths}; {args.samples} a cell)\n"
         f"on those problems: exact {exact:.3f}, answer log-prob {logprob:.3f}; not yet confirmed on fresh problems\n"
         f"kept: {', '.join(choice.kept) or 'none'}"
@@ -225,24 +252,97 @@ def write_recipe(args, mix: Mix, mixer: Mixer, groups: list, rows: list[dict], b
     target_layers = [layer for layer in mix.layers if layer not in set(kept)]
     keep_scheme = mix.keep.scheme if mix.keep.method == "compressed" else None
     text = recipe_text(mix.target.scheme, keep_scheme, target_layers, kept, ignore, note)
-    path = args.out / f"recipe-{args.budget_bits:g}bits.yaml"
+    path = args.out / f"recipe-{name}.yaml"
     atomic_write_text(path, text)
-    print(f"recipe within {args.budget_bits:g} bits: keep {', '.join(choice.kept) or 'nothing'} at {mix.keep.name}")
+    print(f"recipe {how}: keep {named(choice.kept, len(members))} at {mix.keep.name}")
     print(f"  {choice.bits:.3f} bits a weight; on the search problems exact {exact:.3f}, log-prob {logprob:.3f}")
     print(f"wrote {path}")
-    made = {"kept": choice.kept, "layers": len(kept), "bits": choice.bits, "exact": exact, "logprob": logprob,
-            "file": path.name}  # fmt: skip
+    made = {"name": name, "kept": choice.kept, "layers": len(kept), "bits": choice.bits, "exact": exact,
+            "logprob": logprob, "file": path.name}  # fmt: skip
     if args.confirm_seed is not None:
-        made["confirmed"] = confirm_recipe(args, mix, mixer, members, found, choice)
+        made["confirmed"] = confirm_recipe(args, mix, mixer, members, found, (choice, name), reference)
     return made
 
 
-def confirm_recipe(args, mix: Mix, mixer: Mixer, members: dict, found: dict, choice) -> dict:
-    """The recipe, uniform TARGET and KEEP, and the heuristic, random and quantize-one choices at its bits, scored on
-    --confirm-seed's evaluation problems and paired against fp32 (harness/recipes/confirm.py)."""
-    model = get_model(mix.model)
+def named(kept: list[str], groups: int) -> str:
+    """The kept groups for a line: all of them by name up to a dozen, else the first dozen and how many.
+
+    >>> named(["block 0 o"], 4), named([f"g{i}" for i in range(4)], 4), named([f"g{i}" for i in range(13)], 40)
+    ('block 0 o', 'every group (4)', 'g0, g1, g2, g3, g4, g5, g6, g7, g8, g9, g10, g11 and 1 more (13 groups)')
+    """
+    if not kept:
+        return "nothing"
+    if len(kept) == groups:
+        return f"every group ({groups})"
+    if len(kept) <= 12:
+        return ", ".join(kept)
+    return f"{', '.join(kept[:12])} and {len(kept) - 12} more ({len(kept)} groups)"
+
+
+def margin_choice(args, mix: Mix, mixer: Mixer, members: dict, order: list[str], batch, fp32: HFBackend) -> Choice:
+    """The fewest bits whose exact match stays within --margin of fp32's in every cell of the longest length, on the
+    search problems: the prefixes of the budget's order (and every group kept, last) bisected, each mix scored
+    whole. None meeting it is one line naming the best found; the problems a confirmation needs are said."""
+    longest = max(args.lengths)
+    cells = [cell for cell in dict.fromkeys(batch.cells) if cell[1] == longest]
+    rows_of = {cell: [index for index, found in enumerate(batch.cells) if found == cell] for cell in cells}
+    reference = score(fp32.model, batch, _pad(mixer)).exact
+    candidates = [order[:count] for count in range(len(order) + 1)]
+    if set(order) != set(members):
+        candidates.append(list(members))
+    seen: dict[int, torch.Tensor] = {}
+
+    def exact_of(index: int) -> torch.Tensor:
+        if index not in seen:
+            mixer.use([layer for group in candidates[index] for layer in members[group]])
+            seen[index] = score(mixer.model, batch, _pad(mixer)).exact
+            mixer.use(())
+        return seen[index]
+
+    def shortfall(hits: torch.Tensor) -> float:  # the most any longest cell falls below fp32's exact match
+        return max(float(reference[rows].double().mean() - hits[rows].double().mean()) for rows in rows_of.values())
+
+    index = fewest(range(len(candidates)), lambda index: shortfall(exact_of(index)) <= args.margin + 1e-12)
+    bits = lambda names: bits_of(mix, members, names)  # noqa: E731
+    if index is None:
+        best = min(seen, key=lambda index: shortfall(seen[index]))
+        raise UserError(
+            f"no mix of {mix.target.name} and {mix.keep.name} keeps exact match at n={longest} within {args.margin} "
+            f"of fp32 on the search's {args.samples} problems a cell: the best found ({len(candidates[best])} groups "
+            f"kept, {bits(candidates[best]):.2f} bits) falls {shortfall(seen[best]):.3f} short; give a larger --margin "
+            "or a higher --keep"
+        )
+    chosen = exact_of(index)
+    rows = [row for cell_rows in rows_of.values() for row in cell_rows]
+    discordance = float((chosen[rows] != reference[rows]).double().mean())
+    needed = problems_needed(discordance, args.margin) if discordance else 0
+    print(
+        f"the fewest bits within {args.margin} of fp32 at n={longest}: {bits(candidates[index]):.3f} ({len(seen)} "
+        f"mixes scored); a {args.margin} margin needs about {needed} paired problems a cell to be tested at the "
+        f"discordance seen ({discordance:.3f}): confirm with --confirm-seed S --confirm-samples {max(needed, 1)}"
+    )
+    return Choice(candidates[index], bits(candidates[index]))
+
+
+def bits_of(mix: Mix, members: dict, names: list[str]) -> float:
+    """The bits a weight of the quantized layers with ``names``'s groups kept."""
+    held = {layer for name in names for layer in members[name]}
+    stored = {layer: mix.bits[(mix.keep if layer in held else mix.target).name][layer] for layer in mix.layers}
+    return mean_bits(stored, mix.shapes, mix.layers)
+
+
+def reference_model(model_name: str) -> HFBackend:
+    """fp32, what a recipe is measured against."""
+    model = get_model(model_name)
     fp32 = get_precision(model, "fp32")
-    reference = HFBackend(variant_weights(model, fp32), fp32)
+    return HFBackend(variant_weights(model, fp32), fp32)
+
+
+def confirm_recipe(args, mix: Mix, mixer: Mixer, members: dict, found: dict, recipe: tuple, reference) -> dict:
+    """The recipe (its Choice and name), uniform TARGET and KEEP, and the heuristic, random and quantize-one choices
+    at its bits, scored on --confirm-seed's evaluation problems and paired against fp32 (``reference``; see
+    harness/recipes/confirm.py)."""
+    choice, name = recipe
     problems = [
         (parse_task(label).label, problem)
         for label in args.tasks
@@ -251,30 +351,23 @@ def confirm_recipe(args, mix: Mix, mixer: Mixer, members: dict, found: dict, cho
     ]
     batch = teacher_batch(reference.tokenizer, reference.chat_prompt, problems)
     target_bits, keep_bits = mix.bits[mix.target.name], mix.bits[mix.keep.name]
-
-    def layers_of(names: list[str]) -> list[str]:
-        return [layer for name in names for layer in members[name]]
-
-    def bits(names: list[str]) -> float:
-        held = set(layers_of(names))
-        return mean_bits({layer: (keep_bits if layer in held else target_bits)[layer] for layer in mix.layers},
-                         mix.shapes, mix.layers)  # fmt: skip
-
-    costs = {name: values["cost"] for name, values in found.items()}
+    budget = choice.bits if args.margin is not None else args.budget_bits
+    bits = lambda names: bits_of(mix, members, names)  # noqa: E731
+    costs = {group: values["cost"] for group, values in found.items()}
     others = equal_bits_variants(
-        members, costs, bits, args.budget_bits, len(mixer.model.model.layers), args.confirm_seed,
-        lambda gains: choose(members, gains, target_bits, keep_bits, mix.shapes, args.budget_bits),
+        members, costs, bits, budget, len(mixer.model.model.layers), args.confirm_seed,
+        lambda gains: choose(members, gains, target_bits, keep_bits, mix.shapes, budget),
     )  # fmt: skip
     kept_by = {f"{mix.target.name}": [], f"recipe {choice.bits:.2f} bits": choice.kept, **others,
                f"{mix.keep.name}": list(members)}  # fmt: skip
     correct = {"fp32": score(reference.model, batch, _pad(mixer)).exact}
-    for name, names in kept_by.items():
-        mixer.use(layers_of(names))
-        correct[name] = score(mixer.model, batch, _pad(mixer)).exact
+    for variant, names in kept_by.items():
+        mixer.use([layer for group in names for layer in members[group]])
+        correct[variant] = score(mixer.model, batch, _pad(mixer)).exact
     mixer.use(())
     table = paired_table(correct, batch.cells, "fp32")
-    atomic_write_text(args.out / f"confirm-{args.budget_bits:g}bits.csv", comparisons_csv(table))
-    return say_confirmed(table, {name: bits(names) for name, names in kept_by.items()}, args)
+    atomic_write_text(args.out / f"confirm-{name}.csv", comparisons_csv(table))
+    return say_confirmed(table, {variant: bits(names) for variant, names in kept_by.items()}, args)
 
 
 def say_confirmed(table: list, bits: dict, args) -> dict:
@@ -293,10 +386,34 @@ def say_confirmed(table: list, bits: dict, args) -> dict:
         f"  a 2-point margin against fp32 needs about {needed} paired problems a cell at the discordance seen here "
         f"({discordance:.3f}); this sample has {recipe.n}: {'testable' if recipe.n >= needed else 'not testable'}"
     )
+    verdicts = margin_verdicts(table, args.margin, max(args.lengths)) if args.margin is not None else []
+    for verdict in verdicts:
+        print(
+            f"  margin {args.margin} at {verdict['cell']}: {verdict['verdict']} (one-sided 95% bound "
+            f"{verdict['bound']:+.3f}; {verdict['needed']} problems test it, this sample has {verdict['n']})"
+        )
     return {"seed": args.confirm_seed, "samples": args.confirm_samples, "needed_for_2_points": needed,
+            "margin": verdicts,
             "rows": [{"variant": row.variant, "bits": bits.get(row.variant), "accuracy": row.variant_accuracy,
                       "difference": row.difference, "low": row.diff_low, "high": row.diff_high,
                       "p_holm": row.p_holm} for row in table]}  # fmt: skip
+
+
+def margin_verdicts(table: list, margin: float, longest: int) -> list[dict]:
+    """Whether the recipe stays within ``margin`` of fp32 in each cell of the longest length: held where the
+    one-sided 95% paired bound (Newcombe's interval at 90%) is above -margin and the sample can test the margin at
+    the discordance it shows; never called held where it cannot."""
+    found = []
+    for row in table:
+        if not row.variant.startswith("recipe") or int(row.length) != longest:
+            continue
+        bound = paired_difference_interval(row.both_correct, row.only_baseline, row.only_variant, row.neither, 0.90)[0]
+        discordance = (row.only_baseline + row.only_variant) / max(1, row.n)
+        needed = problems_needed(discordance, margin) if discordance else 0
+        verdict = "not testable" if row.n < needed else "held" if bound >= -margin else "not held"
+        found.append({"cell": f"{row.task} n={row.length}", "verdict": verdict, "bound": bound, "needed": needed,
+                      "n": row.n})  # fmt: skip
+    return found
 
 
 def _pad(mixer: Mixer) -> int:

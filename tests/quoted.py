@@ -76,11 +76,13 @@ def csv_value(path: Path, key: str) -> float:
 
 
 def json_value(path: Path, key: str) -> float:
-    """A dotted path's value; ``*`` takes every item of a list, and ``min:``, ``max:`` or ``mean:`` before the path
-    reduce what it finds (``max:train.rows.*.data_share``)."""
+    """A dotted path's value; ``*`` takes every item of a list, a step in brackets is a key with dots in it
+    (``recipes.[margin-0.05].bits``), and ``min:``, ``max:`` or ``mean:`` before the path reduce what it finds
+    (``max:train.rows.*.data_share``)."""
     operation, _, dotted = key.rpartition(":")
     found = [json.loads(path.read_text(encoding="utf-8"))]
-    for step in dotted.split("."):
+    for bracketed, plain in re.findall(r"\[([^\]]+)\]|([^.\[]+)", dotted):
+        step = bracketed or plain
         if step == "*":
             found = [item for value in found for item in value]
         else:

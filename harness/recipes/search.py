@@ -18,7 +18,7 @@ problems is a separate test.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 
@@ -48,21 +48,54 @@ def choose(
     checked to hold the target format itself. ``groups`` maps a group to its layers; ``target``/``keep`` give each
     layer's stored bits a weight; ``shapes`` each layer's [out, in]."""
     layers = [layer for members in groups.values() for layer in members]
-    floor = _bits(layers, set(), target, keep, shapes)
-
-    def extra(group: str) -> float:
-        return _bits(layers, set(groups[group]), target, keep, shapes) - floor
-
-    ranked = sorted(
-        (group for group in groups if gains.get(group, 0.0) > 0 and extra(group) > 0),
-        key=lambda group: gains[group] / extra(group),
-        reverse=True,
-    )
     kept: list[str] = []
     held: set[str] = set()
-    for group in ranked:
+    for group in ranked(groups, gains, target, keep, shapes):
         trial = held | set(groups[group])
         if _bits(layers, trial, target, keep, shapes) <= budget + 1e-9:
             kept.append(group)
             held = trial
     return Choice(kept, _bits(layers, held, target, keep, shapes))
+
+
+def ranked(
+    groups: Mapping[str, Sequence[str]],
+    gains: Mapping[str, float],
+    target: Mapping[str, float],
+    keep: Mapping[str, float],
+    shapes: Mapping[str, tuple[int, int]],
+) -> list[str]:
+    """The groups whose restoring alone gained, by gain per extra bit, most first: the order a budget takes them in."""
+    layers = [layer for members in groups.values() for layer in members]
+    floor = _bits(layers, set(), target, keep, shapes)
+
+    def extra(group: str) -> float:
+        return _bits(layers, set(groups[group]), target, keep, shapes) - floor
+
+    return sorted(
+        (group for group in groups if gains.get(group, 0.0) > 0 and extra(group) > 0),
+        key=lambda group: gains[group] / extra(group),
+        reverse=True,
+    )
+
+
+def fewest(candidates: Sequence[Sequence[str]], meets: Callable[[Sequence[str]], bool]) -> int | None:
+    """The index of the first candidate (ordered by bits) that ``meets`` the margin, found by bisection over the
+    order (a candidate holds every group its predecessors hold; whether one meets is taken as monotone, so the
+    answer is the first to meet among those asked, and each one asked is asked once); None where the last fails.
+
+    >>> fewest([["a"], ["a", "b"], ["a", "b", "c"]], lambda kept: len(kept) >= 2)
+    1
+    >>> fewest([["a"], ["a", "b"]], lambda kept: False) is None
+    True
+    """
+    if not candidates or not meets(candidates[-1]):
+        return None
+    low, high = 0, len(candidates) - 1  # candidates[high] meets
+    while low < high:
+        middle = (low + high) // 2
+        if meets(candidates[middle]):
+            high = middle
+        else:
+            low = middle + 1
+    return high

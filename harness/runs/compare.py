@@ -77,14 +77,17 @@ def mcnemar_exact(only_baseline: int, only_variant: int) -> float:
     return float(binomtest(min(only_baseline, only_variant), discordant, 0.5).pvalue)
 
 
-def paired_difference_interval(both: int, only_a: int, only_b: int, neither: int) -> tuple[float, float]:
-    """Newcombe's method-10 interval for p_b - p_a from a paired 2x2 table (a = baseline, b = variant)."""
+def paired_difference_interval(
+    both: int, only_a: int, only_b: int, neither: int, confidence: float = 0.95
+) -> tuple[float, float]:
+    """Newcombe's method-10 interval for p_b - p_a from a paired 2x2 table (a = baseline, b = variant); its lower end
+    at ``confidence`` 0.90 is the one-sided 95% bound a margin is tested with."""
     n = both + only_a + only_b + neither
     if n == 0:
         return -1.0, 1.0
     p_a, p_b = (both + only_a) / n, (both + only_b) / n
-    low_a, high_a = wilson_interval(both + only_a, n)
-    low_b, high_b = wilson_interval(both + only_b, n)
+    low_a, high_a = wilson_interval(both + only_a, n, confidence)
+    low_b, high_b = wilson_interval(both + only_b, n, confidence)
     margins = (both + only_a) * (only_b + neither) * (both + only_b) * (only_a + neither)
     # Newcombe's continuity-corrected phi: without it, a table with no discordant pair gives a zero-width interval.
     cross = both * neither - only_a * only_b

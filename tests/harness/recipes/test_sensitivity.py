@@ -21,7 +21,7 @@ import torch
 
 from harness.backends.hf import HFBackend
 from harness.models import get_model, precision_registry
-from harness.models.weights import quantized_dir
+from harness.models.weights import cache_root, quantized_dir
 from harness.recipes.groups import KINDS, module_groups
 from harness.recipes.mixer import Mixer
 from harness.recipes.recipe_file import recipe_layers
@@ -36,8 +36,11 @@ PAIR = ("nvfp4", "fp8-dynamic")
 
 @pytest.fixture(scope="module")
 def cache(checkpoints, tmp_path_factory):  # noqa: F811
-    """A numprec cache where smollm2-arith's nvfp4 and fp8-dynamic checkpoints are the small Llama's."""
+    """A numprec cache where smollm2-arith's nvfp4 and fp8-dynamic checkpoints are the small Llama's, and its models
+    (the embedded model converted, the fine-tuned one merged, each once in the session's cache) are the session's:
+    converting again here would cost half a minute and a line on stderr in whichever test came first."""
     root = tmp_path_factory.mktemp("cache")
+    (root / "models").symlink_to(cache_root() / "models", target_is_directory=True)
     for name in PAIR:
         os.environ["NUMPREC_CACHE"] = str(root)
         target = quantized_dir(get_model("smollm2-arith"), precision_registry()[name])
@@ -132,7 +135,7 @@ def test_a_budget_writes_a_recipe_whose_layers_match_its_groups_and_bits(cache, 
     out = tmp_path / "sens"
     code, err, said = with_cache(cache, "harness.sensitivity", sensitivity(out, "--budget-bits", "5"), capsys)
     assert code == 0, err
-    record = json.loads((out / "sensitivity.json").read_text())["recipes"]["5"]
+    record = json.loads((out / "sensitivity.json").read_text())["recipes"]["5bits"]
     assert 4.5 <= record["bits"] <= 5 and "recipe within 5 bits" in said
     layers = recipe_layers((out / record["file"]).read_text())
     assert layers["ignore"] == ["lm_head"]
@@ -161,6 +164,20 @@ def test_a_recipe_confirmed_on_fresh_problems_is_paired_against_fp32(cache, tmp_
     assert (out / "frontier.png").read_bytes()[:4] == b"\x89PNG"
 
 
+def test_a_margin_no_mix_meets_is_one_line_naming_the_best_found(cache, tmp_path, capsys):
+    """--margin against fp32 (the real fine-tuned model, which answers these short additions): no mix of the small
+    Llama's random weights comes near, so the command says so in one line, with the best mix it scored and how far
+    short it falls, and writes no recipe; the recipe an earlier budget wrote stays recorded."""
+    out = tmp_path / "sens"
+    assert with_cache(cache, "harness.sensitivity", sensitivity(out, "--budget-bits", "5"), capsys)[0] == 0
+    code, lines, said = with_cache(cache, "harness.sensitivity", sensitivity(out, "--margin", "0.05"), capsys)
+    assert code == 2 and len(lines) == 1, lines
+    assert re.search(r"no mix of nvfp4 and fp8-dynamic keeps exact match at n=2 within 0.05 of fp32 .* the best "
+                     r"found \(\d+ groups kept, [\d.]+ bits\) falls [01]\.\d+ short", lines[0]), lines[0]  # fmt: skip
+    assert [path.name for path in out.glob("recipe-*.yaml")] == ["recipe-5bits.yaml"]
+    assert list(json.loads((out / "sensitivity.json").read_text())["recipes"]) == ["5bits"]
+
+
 MEMBERS = [member for members in KINDS.values() for member in members]
 
 
@@ -177,7 +194,9 @@ def matches(pattern: str, name: str) -> bool:
         (["--precision", "nvfp4", "--keep", "bf16", "--groups", "heads"], "invalid choice"),
         (["--precision", "mxfp4", "--keep", "bf16"], "make it with: python -m harness.quantize"),
         (["--precision", "nvfp4", "--keep", "fp8-dynamic", "--budget-bits", "4"], "is below what nvfp4 itself takes"),
-        (["--precision", "nvfp4", "--keep", "fp8-dynamic", "--confirm-seed", "1"], "give --budget-bits B as well"),
+        (["--precision", "nvfp4", "--keep", "fp8-dynamic", "--confirm-seed", "1"], "give --budget-bits B or --margin"),
+        (["--precision", "nvfp4", "--keep", "fp8-dynamic", "--margin", "2"], "between 0 and 1 (0.02: two points)"),
+        (["--precision", "nvfp4", "--keep", "fp8-dynamic", "--margin", ".1", "--budget-bits", "5"], "not allowed with"),
     ],
 )
 def test_bad_input_is_one_line(args, fragment, cache, tmp_path, capsys):
