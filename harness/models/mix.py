@@ -141,10 +141,30 @@ def layer_schemes(groups_holder: Mapping, modules: Mapping, where: str) -> dict[
     return found
 
 
+def plainly_uniform(config: Mapping) -> bool:
+    """One config group over every linear layer but lm_head (what harness.quantize writes for one precision): no mix,
+    read without building the architecture.
+
+    >>> plainly_uniform({"config_groups": {"g": {"targets": ["Linear"]}}, "ignore": ["lm_head"]})
+    True
+    >>> plainly_uniform({"config_groups": {"g": {"targets": ["Linear"]}}, "ignore": ["lm_head", "re:.*down_proj"]})
+    False
+    """
+    groups = config.get("config_groups") or {}
+    if not isinstance(groups, Mapping) or len(groups) != 1:
+        return False
+    (group,) = groups.values()
+    return (
+        isinstance(group, Mapping) and group.get("targets") == ["Linear"] and set(config.get("ignore") or []) <= {HEAD}
+    )
+
+
 def read_mix(path: Path, config: Mapping) -> Mix | None:
     """The mix a compressed-tensors checkpoint holds, or None where its layers (lm_head apart) hold one format. A
     layer in a format numprec has no precision for, or a recipe beside it that gives a layer another format, is one
     line."""
+    if plainly_uniform(config):
+        return None
     modules = linear_modules(path)
     schemes = layer_schemes(config, modules, f"{path}/config.json")
     unknown = sorted(layer for layer, scheme in schemes.items() if scheme is None)
