@@ -24,7 +24,8 @@ import pytest
 from harness.backends.scripted import ScriptedBackend
 from harness.core.cli import run as run_command
 from harness.eval import evaluate
-from harness.reports.destinations import MANIFEST, foreign_files
+from harness.reports.destinations import MANIFEST, STAGE_MARK, foreign_files
+from harness.reports.promotion import JOURNAL
 from harness.runs.config import build_spec, load_config
 from tests.harness.helpers import ROOT, assert_user_error, command_env, run_module
 from tests.harness.runs.test_merge import answer, run
@@ -173,8 +174,13 @@ def _contents(directory: Path) -> dict[str, bytes]:
 
 
 def finished_or_absent(out: Path, module: str) -> bool:
-    """After a kill: no --out at all, or a finished one (its manifest lists exactly its files, unchanged)."""
-    return not out.exists() or ((out / MANIFEST).is_file() and not foreign_files(out, module))
+    """After a kill: no --out at all, or a finished one (its manifest lists exactly its files, unchanged), or one put
+    in place whose staging mark the kill left, with the journal beside it that the same command completes
+    (harness/reports/promotion.py: killed between renamed-into-place and mark-removed)."""
+    if not out.exists():
+        return True
+    promoting = (out / STAGE_MARK).is_file() and (out.parent / f".{out.name}{JOURNAL}").is_file()
+    return (out / MANIFEST).is_file() and (promoting or not foreign_files(out, module))
 
 
 @pytest.mark.slow
