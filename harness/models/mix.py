@@ -22,7 +22,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.core.errors import UserError
+from harness.core.errors import UserError, one_line
 from harness.models.formats import registry_layout
 from harness.models.registry import ModelSpec, PrecisionSpec, get_precision
 from harness.models.stored_bits import layer_bits
@@ -118,9 +118,15 @@ def linear_modules(path: Path) -> dict:
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    config = AutoConfig.from_pretrained(path)
-    with torch.device("meta"):
-        model = AutoModelForCausalLM.from_config(config)
+    try:
+        config = AutoConfig.from_pretrained(path)
+        with torch.device("meta"):
+            model = AutoModelForCausalLM.from_config(config)
+    except Exception as err:  # whatever transformers raises building a model from a config it read
+        raise UserError(
+            f"{path}: its layers cannot be read from config.json ({one_line(err)}); pass a checkpoint of an "
+            "architecture transformers knows"
+        ) from None
     return {name: module for name, module in model.named_modules() if isinstance(module, torch.nn.Linear)}
 
 
