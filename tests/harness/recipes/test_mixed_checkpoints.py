@@ -115,6 +115,18 @@ def test_a_recipe_changed_after_the_checkpoint_was_made_is_caught(nvfp4_mix, tmp
     assert not (tmp_path / "run").exists()
 
 
+def test_a_mix_whose_architecture_cannot_be_built_is_one_line(nvfp4_mix, tmp_path):
+    """A head count that does not divide the hidden size: the layers cannot be read, said in one line."""
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    for path in nvfp4_mix.iterdir():
+        if path.name != "config.json":
+            (broken / path.name).symlink_to(path)
+    config = json.loads((nvfp4_mix / "config.json").read_text())
+    (broken / "config.json").write_text(json.dumps({**config, "num_attention_heads": 7}))
+    assert_user_error(evaluate(broken, tmp_path / "run"), "its layers cannot be read from config.json")
+
+
 def test_vllm_runs_a_mix_it_has_kernels_for_and_checks_each_layer(fp8_mix, tmp_path):
     """FP8 with some layers left in bf16: vLLM's CPU engine loads each layer as the checkpoint declares (read from
     its worker), and the same loaded layers are caught against a changed mix."""
