@@ -11,7 +11,7 @@ from pathlib import Path
 from harness.core.errors import UserError
 from harness.core.files import read_json
 from harness.models.formats import check_declared, declared_precision
-from harness.models.mix import MIX_TAG, Mix, read_mix
+from harness.models.mix import Mix, read_mix
 from harness.models.registry import W4_PRECISIONS, PrecisionSpec
 
 
@@ -76,7 +76,7 @@ def check_quantized_checkpoint(path: Path, precision: PrecisionSpec) -> None:
             f"{path} holds an unquantized checkpoint, not {precision.name}; pass the directory "
             f"python -m harness.quantize {quantize_flag(precision)} wrote"
         )
-    if MIX_TAG in precision.name:
+    if precision.layer_formats:
         return  # a mix's precision is made from this checkpoint's own layers (models/mix.py)
     if precision.method == "compressed" or declared_precision(config) not in (None, "gptq-w4"):
         check_declared(str(path), config, precision)
