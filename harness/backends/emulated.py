@@ -17,7 +17,7 @@ from importlib.metadata import version
 import torch
 
 from harness.backends.hf_loading import query_projection
-from harness.models import PrecisionSpec
+from harness.models import PrecisionSpec, activation_qdq
 from harness.models.formats import registry_layout
 from harness.models.mix import UNQUANTIZED
 
@@ -41,7 +41,7 @@ def emulation_note(model: torch.nn.Module, precision: PrecisionSpec) -> str:
         return (
             f"emulated by compressed-tensors {version('compressed-tensors')}, each layer in its own scheme (a mix: "
             f"{precision.mix}): weights dequantized to bfloat16 once; activations quantized and dequantized at each "
-            "call where the layer's scheme says; bfloat16 matmul"
+            f"call where the layer's scheme says ({activation_qdq.kernel(layer.weight.device.type)}); bfloat16 matmul"
         )
     if scheme is None:
         return f"not emulated: {type(layer).__name__} layers carry no compressed-tensors scheme"
@@ -50,10 +50,12 @@ def emulation_note(model: torch.nn.Module, precision: PrecisionSpec) -> str:
     # transformers' CompressedTensorsConfig wraps compressed-tensors' own config, which lists the layers left out
     config = getattr(model.config, "quantization_config", None)
     ignored = getattr(getattr(config, "quantization_config", None), "ignore", None)
+    inputs = scheme.input_activations
+    how = f" ({activation_qdq.kernel(layer.weight.device.type)})" if enabled and activation_qdq.dynamic(inputs) else ""
     return (
         f"emulated by compressed-tensors {version('compressed-tensors')} ({precision.scheme}): weights "
         f"{_side(scheme.weights)} dequantized to {layer.weight.dtype} once; activations {activations} quantized and "
-        f"dequantized at each call; {layer.weight.dtype} matmul; unquantized: {', '.join(ignored or ['none'])}"
+        f"dequantized at each call{how}; {layer.weight.dtype} matmul; unquantized: {', '.join(ignored or ['none'])}"
     ).replace("torch.", "")
 
 

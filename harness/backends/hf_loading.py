@@ -11,7 +11,7 @@ import torch
 from tqdm import tqdm
 
 from harness.core.errors import UserError
-from harness.models import PrecisionSpec, awq_kernels, fp4
+from harness.models import PrecisionSpec, activation_qdq, awq_kernels, fp4
 from harness.models.autoawq import require_gptqmodel
 from harness.models.checkpoints import quantization_config
 
@@ -80,6 +80,7 @@ def load_kwargs(precision: PrecisionSpec, device: str, weights: str) -> dict:
         # first forward dequantizes the weights exactly, and every call quantizes the activations the scheme names
         # (harness/backends/emulated.py says what ran).
         fp4.register()  # E2M1 rounding of activations in one pass on a CPU (NVFP4, MXFP4)
+        activation_qdq.install()  # dynamic activation quantization compiled into one loop on a CPU
         return {"dtype": torch.bfloat16, "device_map": device}
     if precision.prequantized:
         # The checkpoint carries its quantization_config: compressed-tensors (llm-compressor's GPTQ) or an

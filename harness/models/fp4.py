@@ -19,20 +19,17 @@ import torch
 
 # A value on the E2M1 grid, doubled (0, 1, 2, 3, 4, 6, 8, 12), to its 3-bit code.
 _CODE_OF_DOUBLED = torch.tensor([0, 1, 2, 3, 4, 0, 5, 0, 6, 0, 0, 0, 7], dtype=torch.uint8)
-_MANTISSA_DROPPED = 22  # of float32's 23 mantissa bits, E2M1 keeps 1
 
 
 def cast_to_fp4_cpu(x: torch.Tensor) -> torch.Tensor:
     """The E2M1 value nearest each element, ties to the even code, saturating at 6, in x's dtype and signed as
-    ``torch.sign`` signs it. Magnitudes of 1 and more keep one mantissa bit (float32's rounded to nearest even by
-    integer arithmetic on its bits); below 1 the grid is E2M1's subnormal step of 0.5."""
+    ``torch.sign`` signs it. E2M1's steps are 0.5 below 2, 1 up to 4 and 2 above: the magnitude is scaled by the
+    inverse of its step (a power of two, so exactly), rounded half to even (which is the even code at every tie) and
+    scaled back. Only arithmetic and selects, so that inductor vectorizes it where it is compiled
+    (harness/models/activation_qdq.py); the integer bit view it replaced ran there as a scalar loop."""
     magnitude = x.abs().float()
-    bits = magnitude.view(torch.int32)
-    half, low = 1 << (_MANTISSA_DROPPED - 1), (1 << _MANTISSA_DROPPED) - 1
-    kept = (bits + (half - 1) + ((bits >> _MANTISSA_DROPPED) & 1)) & ~low
-    normal = kept.view(torch.float32)
-    subnormal = torch.round(magnitude * 2) / 2  # torch.round: half to even
-    rounded = torch.where(magnitude < 1, subnormal, normal).clamp_(max=6.0)
+    per_step = torch.where(magnitude < 2, 2.0, torch.where(magnitude < 4, 1.0, 0.5))
+    rounded = (torch.round(magnitude * per_step) / per_step).clamp_(max=6.0)
     return (rounded * torch.sign(x.float())).to(x.dtype)
 
 

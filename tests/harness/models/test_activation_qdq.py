@@ -1,0 +1,117 @@
+"""harness/models/activation_qdq.py: a layer input quantized and dequantized by the compiled path is bit for bit what
+compressed-tensors' eager code gives, for every format whose activation scales are found per group at run time
+(NVFP4's groups under a global scale, MX's power-of-two scales, FP8 blocks), at prefill and decode shapes; a model's
+layers run it once installed; other row counts and input widths do not compile again; per-token formats, weights and
+static scales keep the library's path."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from compressed_tensors.quantization import (
+    QuantizationConfig,
+    QuantizationScheme,
+    apply_quantization_config,
+    preset_name_to_scheme,
+)
+from compressed_tensors.quantization.lifecycle import forward
+
+from harness.models import activation_qdq, fp4
+
+fp4.register()
+
+
+@pytest.fixture(autouse=True)
+def compiled_from_the_first_call():
+    """Each test here takes the compiled path from its first call (a run takes it after COMPILE_AFTER values)."""
+    activation_qdq.install(compile_after=0)
+    yield
+    activation_qdq.install(compile_after=activation_qdq.COMPILE_AFTER)
+
+
+WIDTH = 256  # a multiple of every format's group (16, 32, 128)
+GROUP_PRESETS = ["FP8_BLOCK", "NVFP4", "MXFP4", "MXFP8"]
+
+
+def activations(rows: int, seed: int) -> torch.Tensor:
+    """Inputs over a wide range of magnitudes (whole groups of tiny values, large outliers), with exact zeros of
+    both signs."""
+    generator = torch.Generator().manual_seed(seed)
+    scales = torch.exp(3 * torch.randn(rows, WIDTH, generator=generator))
+    values = torch.randn(rows, WIDTH, generator=generator) * scales
+    values[0, :32] = 0.0
+    values[-1, 5] = -0.0
+    values[-1, 40:48] = 1e-30
+    return values.to(torch.bfloat16)
+
+
+class Layer(torch.nn.Module):
+    quantization_status = None
+
+
+def same_bits(first: torch.Tensor, second: torch.Tensor) -> bool:
+    return first.dtype == second.dtype and torch.equal(first.view(torch.int16), second.view(torch.int16))
+
+
+@pytest.mark.parametrize("preset", GROUP_PRESETS)
+def test_each_format_equals_the_eager_library_bit_for_bit(preset):
+    args = preset_name_to_scheme(preset, ["Linear"]).input_activations
+    layer = Layer()
+    if preset == "NVFP4":
+        layer.input_global_scale = torch.tensor([448.0 * 6.0 / 37.5])
+    library = activation_qdq.library_forward_quantize()
+    for seed, shape in enumerate([(4, 30, WIDTH), (4, 1, WIDTH), (1, 1, WIDTH), (3, 7, WIDTH)]):
+        value = activations(shape[0] * shape[1], seed).reshape(shape)
+        assert activation_qdq.applies(value, "input", args)
+        expected = library(layer, value, "input", args)
+        got = forward.forward_quantize(layer, value, "input", args)
+        assert same_bits(got, expected), f"{preset} at {shape}: {(got != expected).sum()} values differ"
+        assert not torch.equal(got, value)  # the input was quantized, not passed through
+
+
+def test_a_models_layers_run_the_compiled_path_and_other_shapes_do_not_compile_again():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(WIDTH, WIDTH, bias=False), torch.nn.Linear(WIDTH, WIDTH, bias=False))
+    model = model.to(torch.bfloat16)
+    inputs_only = QuantizationScheme(
+        targets=["Linear"], input_activations=preset_name_to_scheme("MXFP4", ["Linear"]).input_activations
+    )  # the weights stay bfloat16, so that the layer's output shows its input's quantization alone
+    apply_quantization_config(model, QuantizationConfig(config_groups={"group_0": inputs_only}))
+    eager = Layer()
+    library = activation_qdq.library_forward_quantize()
+    reference = model[0].weight.detach()
+    with torch.no_grad():
+        model(activations(8, 0).reshape(2, 4, WIDTH))  # the first call compiles for this width (and rows > 1)
+        graphs = torch._dynamo.utils.counters["stats"]["unique_graphs"]
+        args = model[0].quantization_scheme.input_activations
+        assert (id(args), False) in activation_qdq._seen  # the layer's own args went through the compiled path
+        for rows in (1, 3, 17, 40):
+            value = activations(rows, rows)
+            out = model[0](value)
+            expected = torch.nn.functional.linear(library(eager, value, "input", args), reference)
+            assert same_bits(out, expected)
+        wider = activations(6, 1).reshape(3, 2 * WIDTH)
+        assert same_bits(activation_qdq.quantize_dequantize(wider, None, args), library(eager, wider, "input", args))
+        assert torch._dynamo.utils.counters["stats"]["unique_graphs"] == graphs  # one graph for every shape
+
+
+def test_a_run_compiles_only_once_its_eager_work_would_pay_for_it(monkeypatch):
+    """Below the threshold the library's eager path runs and the values are counted; past it, the compiled one."""
+    monkeypatch.setitem(activation_qdq._state, "eager", 0)
+    activation_qdq.install(compile_after=2 * 8 * WIDTH)
+    args, layer = preset_name_to_scheme("MXFP4", ["Linear"]).input_activations, Layer()  # args of its own
+    for calls in (1, 2):
+        forward.forward_quantize(layer, activations(8, calls), "input", args)
+        assert activation_qdq._state["eager"] == calls * 8 * WIDTH and (id(args), False) not in activation_qdq._seen
+    forward.forward_quantize(layer, activations(8, 3), "input", args)
+    assert (id(args), False) in activation_qdq._seen and activation_qdq._state["eager"] == 2 * 8 * WIDTH
+
+
+def test_weights_other_devices_per_token_and_static_scales_keep_the_library_path():
+    args = preset_name_to_scheme("NVFP4", ["Linear"]).input_activations
+    value = activations(4, 0)
+    assert activation_qdq.applies(value, "input", args)
+    assert not activation_qdq.applies(value, "weight", args)
+    assert not activation_qdq.applies(value.to("meta"), "input", args)
+    for preset in ("FP8_DYNAMIC", "W8A8", "FP8"):  # per token at run time; FP8's is a calibrated, static scale
+        assert not activation_qdq.applies(value, "input", preset_name_to_scheme(preset, ["Linear"]).input_activations)
