@@ -22,6 +22,7 @@ import torch
 from harness.core.files import append_lines, csv_line
 from harness.recipes.groups import Group
 from harness.recipes.mixer import Mixer
+from harness.recipes.reuse import BlockInputs, recording, replaying
 from harness.recipes.teacher import TeacherBatch, score
 from harness.reports.figures import figure_png
 
@@ -81,16 +82,36 @@ def fill_table(
     path: Path,
     advance: Callable[[], None] = lambda: None,
 ) -> None:
-    """Score every job ``table.csv`` lacks, appending its rows as each finishes."""
+    """Score every job ``table.csv`` lacks, appending its rows as each finishes. A group's job computes only the
+    blocks from its own on (harness/recipes/reuse.py): the blocks before it are its uniform model's, recorded when
+    that model scores the problems (again, where a resumed table has its rows already)."""
     done = done_jobs(path, len(set(batch.cells)))
     if not path.exists():
         append_lines(path, [csv_line(COLUMNS)])
+    layers = mixer.model.model.layers
+    uniform = {"target": frozenset(), "keep": frozenset(mixer.layers)}
+    recorded: dict[str, BlockInputs] = {}
+
+    def scored(kept: frozenset[str], record: str | None = None, base: str | None = None, first: int = 0):
+        mixer.use(kept)
+        if record:
+            with recording(layers) as recorded[record]:
+                return score(mixer.model, batch, pad_id)
+        with replaying(layers, recorded[base], first):
+            return score(mixer.model, batch, pad_id)
+
     for job in jobs(groups, mixer.layers):
+        base = "keep" if job.scoring in ("uniform-keep", "quantize-one") else "target"
         if (job.group.name, job.scoring) in done:
             advance()
             continue
-        mixer.use(job.kept)
-        scores = score(mixer.model, batch, pad_id)
+        if job.group is UNIFORM:
+            scores = scored(job.kept, record=base)
+        else:
+            if base not in recorded:
+                scored(uniform[base], record=base)
+            first = len(layers) if job.group.block is None else job.group.block
+            scores = scored(job.kept, base=base, first=first)
         append_lines(path, [csv_line(row) for row in cell_rows(job, batch, scores.logprob, scores.exact)])
         advance()
     mixer.use(())

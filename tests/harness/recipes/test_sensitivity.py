@@ -20,11 +20,15 @@ import pytest
 import torch
 
 from harness.backends.hf import HFBackend
+from harness.core.files import csv_line
 from harness.models import get_model, precision_registry
 from harness.models.weights import cache_root, quantized_dir
-from harness.recipes.groups import KINDS, module_groups
+from harness.questions.problems import generate, parse_task
+from harness.recipes.groups import KINDS, Group, module_groups
 from harness.recipes.mixer import Mixer
 from harness.recipes.recipe_file import recipe_layers
+from harness.recipes.table import COLUMNS, cell_rows, fill_table, jobs
+from harness.recipes.teacher import score, teacher_batch
 from tests.harness.helpers import ROOT, assert_user_error, command_env, needs_quantize_env, run_module
 from tests.harness.models.test_formats import checkpoints  # noqa: F401  (the session's checkpoints, made once)
 from tests.harness.scoring.test_readers import command, refused
@@ -73,6 +77,30 @@ def test_the_mixer_computes_each_uniform_model_exactly_and_a_mix_as_neither(mixe
     mix.use(())
     assert torch.equal(logits(mix.model, ids), alone_target), "nothing kept: the target model"
     assert not torch.equal(mixed, alone_target) and not torch.equal(mixed, logits(kept.model, ids))
+
+
+def test_a_groups_configuration_computes_from_its_block_on_and_scores_as_a_whole_pass(mixer, tmp_path):
+    """The table's configurations replay the blocks before their group's from the uniform model they start from:
+    every row equals a whole forward pass's, and a group's configuration calls none of the blocks before its own."""
+    mix, target, _ = mixer
+    problems = [("add", problem) for problem in generate(parse_task("add"), 10, 2, 6, 3)]
+    batch = teacher_batch(target.tokenizer, target.chat_prompt, problems)
+    lm_head = Group("lm_head", None, "lm_head", ("lm_head",))  # after every block: all of them replayed
+    groups = [group for group in module_groups(mix.model) if group.name in ("block 2 down", "block 3 o")] + [lm_head]
+    first_block_calls = []
+    hook = mix.model.model.layers[0].register_forward_hook(lambda *args: first_block_calls.append(1))
+    try:
+        fill_table(mix, groups, batch, target.pad_id, tmp_path / "reused.csv")
+    finally:
+        hook.remove()
+    assert len(first_block_calls) == 2 * 2, "block 0 computed for the two uniform models' prefix and rows only"
+    whole = [csv_line(COLUMNS)]
+    for job in jobs(groups, mix.layers):
+        mix.use(job.kept)
+        scores = score(mix.model, batch, target.pad_id)
+        whole += [csv_line(row) for row in cell_rows(job, batch, scores.logprob, scores.exact)]
+    mix.use(())
+    assert (tmp_path / "reused.csv").read_text() == "".join(whole)
 
 
 def sensitivity(out, *extra) -> list[str]:
