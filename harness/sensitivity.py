@@ -66,11 +66,20 @@ def parser() -> ArgParser:
         "this difference of fp32's on the search problems (0.02: two points)",
     )  # fmt: skip
     parser.add_argument(
+        "--rank", choices=list(RANKINGS), default="restore-one", help="the scoring a recipe ranks groups by: "
+        "restore one's gain (default) or quantize one's cost (where the target is far off, restoring one group "
+        "alone barely moves it)",
+    )  # fmt: skip
+    parser.add_argument(
         "--confirm-seed", type=SEED.arg, help="confirm the recipe on this seed's evaluation problems (paired vs fp32)"
     )
     parser.add_argument("--confirm-samples", type=SAMPLES.arg, default=200, help="problems a cell to confirm on")
     parser.add_argument("--out", type=output_dir, required=True, help="the directory of the table")
     return parser
+
+
+# A ranking: the table's effect it orders groups by (harness.recipes.table.effects) and how a recipe's note says it.
+RANKINGS = {"restore-one": ("gain", "restore-one gains"), "quantize-one": ("cost", "quantize-one costs")}
 
 
 def margin_arg(text: str) -> float:
@@ -224,7 +233,8 @@ def write_recipe(args, mix: Mix, mixer: Mixer, groups: list, rows: list[dict], b
     (recipe-Bbits.yaml, recipe-margin-D.yaml)."""
     members = {group.name: [layer for layer in group.layers if layer in mix.layers] for group in groups}
     found = effects(rows)
-    gains = {name: values["gain"] for name, values in found.items()}
+    field, said = RANKINGS[args.rank]
+    gains = {name: values[field] for name, values in found.items()}
     target_bits, keep_bits = mix.bits[mix.target.name], mix.bits[mix.keep.name]
     wanted = args.margin is not None or args.confirm_seed is not None
     reference = reference_model(mix.model) if wanted else None  # fp32, loaded once for the search and confirmation
@@ -235,6 +245,7 @@ def write_recipe(args, mix: Mix, mixer: Mixer, groups: list, rows: list[dict], b
         order = ranked(members, gains, target_bits, keep_bits, mix.shapes)
         choice = margin_choice(args, mix, mixer, members, order, batch, reference)
         name, how = f"margin-{args.margin:g}", f"as the fewest bits within --margin {args.margin} of fp32"
+    name += "" if args.rank == "restore-one" else f"-by-{args.rank}"  # the default's files keep their names
     kept = [layer for group in choice.kept for layer in members[group]]
     mixer.use(kept)
     scores = score(mixer.model, batch, _pad(mixer))
@@ -243,7 +254,7 @@ def write_recipe(args, mix: Mix, mixer: Mixer, groups: list, rows: list[dict], b
     note = (
         f"numprec recipe: {mix.model} at {mix.target.name}, {len(choice.kept)} groups ({len(kept)} of "
         f"{len(mix.layers)} layers) at {mix.keep.name}: {choice.bits:.3f} bits a weight of the quantized layers\n"
-        f"chosen by harness.sensitivity {how} from restore-one gains on seed "
+        f"chosen by harness.sensitivity {how} from {said} on seed "
         f"{args.seed}'s calibration problems ({', '.join(args.tasks)}; n {args.lengths}; {args.samples} a cell)\n"
         f"on those problems: exact {exact:.3f}, answer log-prob {logprob:.3f}; not yet confirmed on fresh problems\n"
         f"kept: {', '.join(choice.kept) or 'none'}"
@@ -353,9 +364,10 @@ def confirm_recipe(args, mix: Mix, mixer: Mixer, members: dict, found: dict, rec
     target_bits, keep_bits = mix.bits[mix.target.name], mix.bits[mix.keep.name]
     budget = choice.bits if args.margin is not None else args.budget_bits
     bits = lambda names: bits_of(mix, members, names)  # noqa: E731
-    costs = {group: values["cost"] for group, values in found.items()}
+    other = next(rank for rank in RANKINGS if rank != args.rank)
+    scores = {group: values[RANKINGS[other][0]] for group, values in found.items()}
     others = equal_bits_variants(
-        members, costs, bits, budget, len(mixer.model.model.layers), args.confirm_seed,
+        members, (other, scores), bits, budget, len(mixer.model.model.layers), args.confirm_seed,
         lambda gains: choose(members, gains, target_bits, keep_bits, mix.shapes, budget),
     )  # fmt: skip
     kept_by = {f"{mix.target.name}": [], f"recipe {choice.bits:.2f} bits": choice.kept, **others,

@@ -4,8 +4,9 @@ reference precision (harness/runs/compare.py: exact McNemar, Newcombe's paired i
 
 The variants at the recipe's bits: llm-compressor's common heuristic (the first and last blocks, then down_proj
 from the first block on, kept until the budget is spent), a random choice of groups (seeded), and the groups ranked
-by the other scoring (quantize one's cost instead of restore one's gain); beside them uniform TARGET and uniform
-KEEP. The exact match is teacher forcing's, which is greedy decoding's (tests/harness/recipes/test_teacher.py).
+by the other scoring (quantize one's cost where the recipe ranked by restore one's gain, or the reverse); beside
+them uniform TARGET and uniform KEEP. The exact match is teacher forcing's, which is greedy decoding's
+(tests/harness/recipes/test_teacher.py).
 
 How many problems a margin needs is computed from the discordance measured here: to show a difference of at most
 D with a one-sided 5% test at 80% power when the two agree on average, about (1.645 + 0.842)^2 p / D^2 paired
@@ -49,17 +50,18 @@ def within(order: Sequence[str], fits: Callable[[list[str]], bool]) -> list[str]
 
 
 def equal_bits_variants(
-    groups: Mapping[str, Sequence[str]], costs: Mapping[str, float], bits: Callable[[list[str]], float],
-    budget: float, blocks: int, seed: int, choose_by_cost: Callable[[Mapping[str, float]], Choice],
+    groups: Mapping[str, Sequence[str]], other: tuple[str, Mapping[str, float]], bits: Callable[[list[str]], float],
+    budget: float, blocks: int, seed: int, choose_by: Callable[[Mapping[str, float]], Choice],
 ) -> dict[str, list[str]]:  # fmt: skip
-    """The groups each comparison variant keeps at the recipe's budget."""
+    """The groups each comparison variant keeps at the recipe's budget; ``other`` is the other scoring's name and
+    its score a group (higher: keep first)."""
     fits = lambda names: bits(names) <= budget + 1e-9  # noqa: E731
     shuffled = list(groups)
     random.Random(seed).shuffle(shuffled)
     return {
         "heuristic": within(heuristic(groups, blocks), fits),
         "random": within(shuffled, fits),
-        "quantize-one ranking": choose_by_cost(costs).kept,
+        f"{other[0]} ranking": choose_by(other[1]).kept,
     }
 
 

@@ -9,7 +9,7 @@ import matplotlib.pyplot as plt
 from harness.reports.figures import accuracy_axes, figure_png
 from harness.runs.compare import wilson_interval
 
-MARKERS = {"recipe": "o", "heuristic": "s", "random": "x", "quantize-one ranking": "^"}
+MARKERS = {"recipe": "o", "heuristic": "s", "random": "x", "quantize-one ranking": "^", "restore-one ranking": "v"}
 
 
 def kind_of(variant: str) -> str:

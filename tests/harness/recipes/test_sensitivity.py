@@ -27,7 +27,7 @@ from harness.questions.problems import generate, parse_task
 from harness.recipes.groups import KINDS, Group, module_groups
 from harness.recipes.mixer import Mixer
 from harness.recipes.recipe_file import recipe_layers
-from harness.recipes.table import COLUMNS, cell_rows, fill_table, jobs
+from harness.recipes.table import COLUMNS, cell_rows, effects, fill_table, jobs, read_table
 from harness.recipes.teacher import score, teacher_batch
 from tests.harness.helpers import ROOT, assert_user_error, command_env, needs_quantize_env, run_module
 from tests.harness.models.test_formats import checkpoints  # noqa: F401  (the session's checkpoints, made once)
@@ -173,6 +173,23 @@ def test_a_budget_writes_a_recipe_whose_layers_match_its_groups_and_bits(cache, 
     assert all(len(groups) == 1 for groups in owner.values()), "each layer in exactly one group"
     kept = {name for name, groups in owner.items() if groups == ["group_1"]}
     assert len(kept) == record["layers"] and (len(kept) > 0) == bool(record["kept"])
+
+
+def test_a_recipe_ranked_by_quantize_one_keeps_the_costliest_groups_and_says_so(cache, tmp_path, capsys):
+    """--rank quantize-one: the groups taken in order of what quantizing each alone cost (per extra bit, every group
+    the same shape here), written beside the default ranking's recipe under a name of its own."""
+    out = tmp_path / "sens"
+    argv = sensitivity(out, "--budget-bits", "5")
+    assert with_cache(cache, "harness.sensitivity", argv, capsys)[0] == 0
+    code, err, said = with_cache(cache, "harness.sensitivity", [*argv, "--rank", "quantize-one"], capsys)
+    assert code == 0, err
+    recipes = json.loads((out / "sensitivity.json").read_text())["recipes"]
+    ranked = recipes["5bits-by-quantize-one"]
+    assert "5bits" in recipes and ranked["file"] == "recipe-5bits-by-quantize-one.yaml"
+    assert "from quantize-one costs" in (out / ranked["file"]).read_text()
+    costs = {group: found["cost"] for group, found in effects(read_table(out / "table.csv")).items()}
+    taken = [group for group in ranked["kept"] if group.endswith(" qkv")]  # groups of one shape: by cost alone
+    assert taken == sorted(taken, key=lambda group: -costs[group]) and all(costs[group] > 0 for group in ranked["kept"])
 
 
 def test_a_recipe_confirmed_on_fresh_problems_is_paired_against_fp32(cache, tmp_path, capsys):
