@@ -113,7 +113,9 @@ def install(compile_after: int | None = None) -> None:
         return
     from compressed_tensors.quantization.lifecycle import forward
 
-    library = _state["library"] = forward.forward_quantize
+    library = _state["library"] = getattr(forward, "forward_quantize", None)
+    if library is None:  # a compressed-tensors without this hook: its own path, and the kernel column says so
+        return
 
     def forward_quantize(module, value, base_name, args):
         if applies(value, base_name, args) and _earned(value):
