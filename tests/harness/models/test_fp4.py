@@ -32,6 +32,18 @@ def test_rounding_equals_the_fallback_on_every_bfloat16_value(dtype):
     assert same_bits(cast_to_fp4_cpu(values), ImplBackend.call("cast_to_fp4", values.clone()))
 
 
+def test_rounding_equals_the_fallback_on_float32_values_between_bfloat16_ones():
+    """The quantizer divides float32 weights by their scales: values bfloat16 cannot hold, and those one step either
+    side of each midpoint of the E2M1 grid."""
+    generator = torch.Generator().manual_seed(0)
+    values = torch.randn(200_000, generator=generator) * torch.exp(2 * torch.randn(200_000, generator=generator))
+    middles = torch.tensor([0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0])
+    below, above = torch.nextafter(middles, torch.tensor(0.0)), torch.nextafter(middles, torch.tensor(9.0))
+    near = torch.cat([middles, below, above])
+    values = torch.cat([values, near, -near])
+    assert same_bits(cast_to_fp4_cpu(values), ImplBackend.call("cast_to_fp4", values.clone()))
+
+
 def test_ties_go_to_the_even_code_and_large_values_saturate():
     ties = torch.tensor([0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0, 7.0, -1e30])
     assert cast_to_fp4_cpu(ties).tolist() == [0.0, 1.0, 1.0, 2.0, 2.0, 4.0, 4.0, 6.0, -6.0]
