@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 from bench.common import log, median, quick_grid_problems
@@ -29,7 +30,12 @@ def run_engine(
     return json.loads(out.read_text())
 
 
-def bench_eval(count: int, repeats: int, threads: int, batch_size: int, work: Path) -> dict:
+ENGINES = ("numprec", "lm-eval", "vllm", "llamacpp")  # the eval section's engines, in the order they run
+
+
+def bench_eval(
+    count: int, repeats: int, threads: int, batch_size: int, work: Path, wanted: Sequence[str] = ENGINES
+) -> dict:
     from transformers import AutoTokenizer
 
     from harness.models import get_model
@@ -41,10 +47,11 @@ def bench_eval(count: int, repeats: int, threads: int, batch_size: int, work: Pa
     problems_file.write_text(json.dumps(problems))
     log(f"eval: {len(problems)} problems over {len({p['cell'] for p in problems})} cells, {repeats} rounds")
     engines = [("numprec", "fp32", "numprec"), ("lm-eval", "fp32", "lm-eval"), ("numprec", "gguf-q4_1", "llamacpp")]
-    if (VLLM_ENV / "bin" / "python").exists():
+    if "vllm" in wanted and (VLLM_ENV / "bin" / "python").exists():
         engines.insert(2, ("vllm", "fp32", "vllm"))
-    else:
+    elif "vllm" in wanted:
         log("eval: vLLM left out (no .venv-vllm: bash scripts/setup_vllm.sh makes it)")
+    engines = [engine for engine in engines if engine[2] in wanted]
     rounds: dict[str, list[dict]] = {key: [] for _, _, key in engines}
     for round_index in range(repeats):  # interleaved, so load on the machine hits every engine alike
         for engine, precision, key in engines:

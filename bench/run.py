@@ -43,7 +43,7 @@ import harness  # noqa: F401  (thread settings before torch loads)
 from bench.api import api_markdown, bench_api
 from bench.common import log, median, quick_grid_problems
 from bench.decode import bench_cell, bench_decode, cell_markdown, decode_markdown
-from bench.evaluation import bench_eval, eval_markdown, run_engine
+from bench.evaluation import ENGINES, bench_eval, eval_markdown, run_engine
 from bench.fp8 import bench_fp8, fp8_markdown
 from bench.rundir import bench_rundir, rundir_markdown
 from bench.scoring import bench_scoring, scoring_markdown
@@ -253,7 +253,7 @@ PARTS = (
     Part(
         "eval",
         "eval",
-        lambda args, work: bench_eval(args.problems, args.repeats, args.threads, args.batch_size, work),
+        lambda args, work: bench_eval(args.problems, args.repeats, args.threads, args.batch_size, work, args.engines),
         eval_markdown,
         gpu=False,
     ),
@@ -310,6 +310,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = ArgParser(prog="python -m bench.run", description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=output_dir, required=True, help="directory for results.json and results.md")
     parser.add_argument("--only", type=name_list, help=f"sections to run (default all): {','.join(SECTIONS)}")
+    parser.add_argument(
+        "--engines", type=engine_list, default=list(ENGINES),
+        help=f"the eval section's engines (default all that are set up): {','.join(ENGINES)}",
+    )  # fmt: skip
     parser.add_argument("--problems", type=PROBLEMS.arg, default=200, help="evaluation problems (default 200)")
     parser.add_argument("--repeats", type=REPEATS.arg, default=3, help="timed passes per measurement (default 3)")
     parser.add_argument(
@@ -374,6 +378,15 @@ def read_results_json(path: Path) -> dict:
     if problem:
         raise UserError(f"{path} is not a bench.run results file ({problem}); {remedy}")
     return results
+
+
+def engine_list(text: str) -> list[str]:
+    """argparse type: the eval section's engines by name, each one it has."""
+    names = name_list(text)
+    unknown = [name for name in names if name not in ENGINES]
+    if unknown:
+        raise argparse.ArgumentTypeError(f"no engine {unknown[0]}: the eval section has {', '.join(ENGINES)}")
+    return names
 
 
 def section_parts(section: str, args, work: Path) -> list[tuple[str, Callable[[], object]]]:

@@ -7,13 +7,16 @@ from tests.harness.helpers import run_module
 
 
 def test_eval_section_compares_the_same_prompts_across_engines(tmp_path):
-    result = run_module("bench.run", "--out", str(tmp_path), "--only", "eval", "--problems", "7", "--repeats", "1")
+    engines = ["--engines", "numprec,lm-eval,llamacpp"]  # vLLM's engine has tests of its own (tests/harness/backends)
+    sized = ["--problems", "7", "--repeats", "1"]
+    result = run_module("bench.run", "--out", str(tmp_path), "--only", "eval", *sized, *engines)
     assert result.returncode == 0, result.stderr[-3000:]
     assert_numprec_console(result)
     evaluation = json.loads((tmp_path / "results.json").read_text())["eval"]
     assert evaluation["problems"] == 7 and evaluation["identical_outputs_of"] == 7
     # greedy fp32 through transformers twice (ours and lm-eval's generate()): the answer lines agree
     assert evaluation["identical_outputs"] >= 6, evaluation["differing_examples"]
+    assert "vllm" not in evaluation, "an engine left out of --engines is not run"
     for engine in ("numprec", "lm-eval", "llamacpp"):
         assert evaluation[engine]["seconds"] > 0 and evaluation[engine]["peak_rss_mb"] > 100
     assert evaluation["speedup_vs_lm_eval"] == evaluation["lm-eval"]["seconds"] / evaluation["numprec"]["seconds"]
