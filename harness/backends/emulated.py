@@ -38,10 +38,13 @@ def emulation_note(model: torch.nn.Module, precision: PrecisionSpec) -> str:
     layer = query_projection(model)
     scheme = getattr(layer, "quantization_scheme", None)
     if precision.mix:
+        schemes = [getattr(module, "quantization_scheme", None) for module in model.modules()]
+        grouped = any(activation_qdq.dynamic(scheme.input_activations) for scheme in schemes if scheme is not None)
+        how = f" ({activation_qdq.kernel(layer.weight.device.type)})" if grouped else ""
         return (
             f"emulated by compressed-tensors {version('compressed-tensors')}, each layer in its own scheme (a mix: "
             f"{precision.mix}): weights dequantized to bfloat16 once; activations quantized and dequantized at each "
-            f"call where the layer's scheme says ({activation_qdq.kernel(layer.weight.device.type)}); bfloat16 matmul"
+            f"call where the layer's scheme says{how}; bfloat16 matmul"
         )
     if scheme is None:
         return f"not emulated: {type(layer).__name__} layers carry no compressed-tensors scheme"
