@@ -47,7 +47,7 @@ def bench_eval(
     problems_file.write_text(json.dumps(problems))
     log(f"eval: {len(problems)} problems over {len({p['cell'] for p in problems})} cells, {repeats} rounds")
     engines = [("numprec", "fp32", "numprec"), ("lm-eval", "fp32", "lm-eval"), ("numprec", "gguf-q4_1", "llamacpp")]
-    if "vllm" in wanted and (VLLM_ENV / "bin" / "python").exists():
+    if (VLLM_ENV / "bin" / "python").exists():
         engines.insert(2, ("vllm", "fp32", "vllm"))
     elif "vllm" in wanted:
         log("eval: vLLM left out (no .venv-vllm: bash scripts/setup_vllm.sh makes it)")
