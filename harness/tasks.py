@@ -33,7 +33,7 @@ from harness.core.files import atomic_write_text
 from harness.models import get_model, tokenizer_model
 from harness.models.weights import resolve_weights
 from harness.questions.answers import FIRST_LINE, AnswerMode
-from harness.questions.problems import Task, generate
+from harness.questions.problems import Task, generate, parse_task
 from harness.questions.prompts import PROMPT_STYLES, user_message
 from harness.reports.promotion import prepare_out_dir, staged_dir
 from harness.runs.config import build_spec, load_config
@@ -64,7 +64,10 @@ def process_results(doc, results):
 def verdict(output: str, document: dict) -> tuple[Extraction, bool]:
     """How both harnesses score a document's output, as harness.eval does: its first non-blank line (where numprec's
     backends stop) read by harness/scoring/, and whether that answer is exactly the gold one."""
-    extraction = judge(FIRST_LINE.kept(output), document["base"], document["expression"], FIRST_LINE, False)
+    last_digits = parse_task(document["task"]).truncate
+    extraction = judge(
+        FIRST_LINE.kept(output), document["base"], document["expression"], FIRST_LINE, False, last_digits
+    )
     return extraction, is_correct(extraction.answer, document["gold"], document["base"])
 
 

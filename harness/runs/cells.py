@@ -98,7 +98,9 @@ def invariance_check(
         problem, before = cell.problems[index], samples[index]
         progress.update(1)
         outputs += again.text != before["output"]
-        answer = judge(again.text, spec.base, problem.expression, spec.answer, not again.finished).answer
+        answer = judge(
+            again.text, spec.base, problem.expression, spec.answer, not again.finished, problem.truncate
+        ).answer
         verdicts += is_correct(answer, problem.answer, spec.base) != before["correct"]
     flip_batch = ",".join(str(size) for size in sorted(sizes))
     return replace(row, flip_k=k, flip_outputs=outputs, flip_verdicts=verdicts, flip_batch=flip_batch)
@@ -119,7 +121,7 @@ def score_cell(backend, cell: Cell, spec: RunSpec, generations, wall: float, tok
     samples, correct, no_answer, conflicts = [], 0, 0, 0
     for problem, prompt, generation in zip(problems, prompts, generations, strict=True):
         truncated = not generation.finished
-        extraction = judge(generation.text, spec.base, problem.expression, spec.answer, truncated)
+        extraction = judge(generation.text, spec.base, problem.expression, spec.answer, truncated, problem.truncate)
         answer = extraction.answer
         hit = is_correct(answer, problem.answer, spec.base)
         correct += hit

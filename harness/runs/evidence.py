@@ -83,7 +83,8 @@ def check_cell_evidence(row: CellResult, samples: dict[int, Sample], digests: bo
     rescored, changed, readings, no_answer, conflicts = [], [], 0, 0, 0
     mode = answer_mode(row.answer_mode)
     for sample in found:
-        extraction = judge(sample["output"], row.base, sample["expression"], mode, bool(sample.get("truncated")))
+        truncated = bool(sample.get("truncated"))
+        extraction = judge(sample["output"], row.base, sample["expression"], mode, truncated, task.truncate)
         verdict = is_correct(extraction.answer, sample["gold"], row.base)
         readings += extraction.answer != sample.get("extracted")
         no_answer += extraction.answer is None

@@ -1,14 +1,16 @@
 """Answer extraction and exact-match scoring: the answer is what the output *states* as its answer to the asked
 question, and it is credited only when every such statement agrees.
 
-The package, one job a file: ``question`` (what was asked), ``numerals`` (one numeral in base p, exact match),
+The package, one job a file: ``question`` (what was asked, and the task's transform of its value), ``numerals``
+(one numeral in base p, exact match), ``values`` (another base's digits and number words read into the task's base),
 ``thinking`` (the thinking blocks of the models people run, never read), ``equations``, ``phrases`` and
-``structured`` (where an output states its answer), ``line`` (the paper's first line: statements in a line) and
-``free`` (a free-form answer: statements over lines, corrections, conflicts), ``readers`` (every rule with its
-examples: the tests and docs/scoring.md's table), ``verdicts`` (answers, rules and refusals).
+``structured`` (where an output states its answer), ``retractions`` (what takes a statement back), ``line`` (the
+paper's first line: statements in a line) and ``free`` (a free-form answer: statements over lines, retractions,
+conflicts), ``readers`` (every rule with its examples: the tests and docs/scoring.md's table), ``verdicts`` (answers,
+rules and refusals). Statements are compared by value (``Question.value``).
 
 ``extract``, ``judge`` and ``is_correct`` are what the harness and the task folders written for lm-eval and inspect
-import; their signatures do not change when the rules do.
+import; their signatures only grow (``last_digits``, for ``mul:trunc=L``), so what was written for them still runs.
 """
 
 from __future__ import annotations
@@ -43,24 +45,36 @@ def _first_line(text: str) -> str:
     return ""
 
 
-def extract(text: str, base: int, expression: str, answer: AnswerReading | None = None) -> Extraction:
+def extract(
+    text: str, base: int, expression: str, answer: AnswerReading | None = None, last_digits: int | None = None
+) -> Extraction:
     """The answer ``text`` states to ``expression`` (the question, as the prompt wrote it) where the answer mode reads
     it (the first line, for the paper's and by default; what follows the thinking, in free form), and the rule that
-    found it (or why there is none)."""
-    question = Question.of(expression, base)
+    found it (or why there is none). ``last_digits``: the task asks for the last L digits of the value
+    (``mul:trunc=L``), so a statement of the whole value answers with its last L digits."""
+    question = Question.of(expression, base, last_digits)
     if question is None:
         raise ValueError(f"{expression!r} is no expression of the tasks' kind")
     if answer is not None and answer.free_form:
-        return read_free(answer.answer_text(text), question, base, expression)
-    line = clean(unwrapped(answer.answer_text(text) if answer is not None else _first_line(text)), base)
-    if not line:
-        return refused(Refusal.EMPTY)
-    return read_line(line, question, base, expression)
+        found = read_free(answer.answer_text(text), question, base, expression)
+    else:
+        line = clean(unwrapped(answer.answer_text(text) if answer is not None else _first_line(text)), base)
+        found = read_line(line, question, base, expression) if line else refused(Refusal.EMPTY)
+    if found.answer is None or question.last_digits is None:
+        return found
+    return Extraction(question.answer(found.answer), found.rule)
 
 
-def judge(text: str, base: int, expression: str, answer: AnswerReading | None, truncated: bool) -> Extraction:
+def judge(
+    text: str,
+    base: int,
+    expression: str,
+    answer: AnswerReading | None,
+    truncated: bool,
+    last_digits: int | None = None,
+) -> Extraction:
     """``extract``, except that a free-form generation the budget cut before its end is its own verdict: whatever it
     had said so far is not read as its answer (the paper's first line is read whatever its length)."""
     if truncated and answer is not None and answer.free_form:
         return refused(Refusal.TRUNCATED)
-    return extract(text, base, expression, answer)
+    return extract(text, base, expression, answer, last_digits)

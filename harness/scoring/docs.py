@@ -28,7 +28,10 @@ def _code(text: str) -> str:
 
 
 def _row(rule: str, finds: str, example: Example) -> str:
-    asked = _code(example.asked) + (f" ({example.base})" if example.base != 10 else "")
+    notes = ([str(example.base)] if example.base != 10 else []) + (
+        [f"last {example.last_digits} digits"] if example.last_digits else []
+    )
+    asked = _code(example.asked) + (f" ({', '.join(notes)})" if notes else "")
     reads = example.reads if example.reads is not None else "none"
     recorded = example.rule if example.reads is None else f"`{example.rule}`"
     return f"| {rule} | {example.modes} | {finds} | {_code(example.output)} | {asked} | {reads} | {recorded} |"

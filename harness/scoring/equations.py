@@ -12,10 +12,11 @@ True
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
 
-from harness.scoring.numerals import MARKUP, digit_chars, normal, numeral_pattern
+from harness.scoring.numerals import MARKUP, digit_chars, normal, numeral_pattern, read_numeral
 from harness.scoring.question import Question, chain_link, expression_before
 from harness.scoring.verdicts import Extraction
 
@@ -68,15 +69,19 @@ def equation_statements(line: str, question: Question, base: int, signs: list[in
         last = number
         while last + 1 < len(signs) and chain_link(line[signs[last] + 1 : signs[last + 1]], base):
             last += 1
+            if isinstance(read_numeral(line[signs[last - 1] + 1 : signs[last]], base), str):
+                # a lone numeral along the chain states the answer too (``= 10010₂ = 17₁₀``): compared by value
+                found.append(Statement(signs[last - 1], signs[last - 1] + 1, "equals"))
         skip_until = signs[last]
         found.append(Statement(sign if left is None else left[0], signs[last] + 1, "equals"))
     return found
 
 
-def stray_number(text: str, base: int) -> bool:
+def stray_number(text: str, base: int, restates: Callable[[str], bool] = lambda numeral: False) -> bool:
     """Whether ``text`` (what follows the answer) holds a number outside the equations it states (a check, a partial
-    sum, whatever their operators): a second answer. One pass: each equation's two sides are set aside, the left back
-    to where its arithmetic begins, the right to the end of its clause."""
+    sum, whatever their operators): a second answer, unless it ``restates`` the answer's value in another form
+    (``125 ✓ 125``, ``10001, which is 17 in base 10``). One pass: each equation's two sides are set aside, the left
+    back to where its arithmetic begins, the right to the end of its clause."""
     kept, cursor = [], 0
     for sign in equals_signs(text):
         if sign < cursor:
@@ -87,7 +92,18 @@ def stray_number(text: str, base: int) -> bool:
         kept.append(text[cursor:left])
         cursor = clause_end(text, sign + 1, len(text))
     kept.append(text[cursor:])
-    return bool(_DECIMAL_NUMBER.search("".join(kept)))
+    for piece in kept:
+        position = 0
+        while (digit := _DECIMAL_NUMBER.search(piece, position)) is not None:
+            start = digit.start()
+            while start > 0 and piece[start - 1].isalnum():
+                start -= 1
+            end = clause_end(piece, digit.end(), len(piece))
+            said = read_numeral(piece[start:end], base)
+            if not (isinstance(said, str) and restates(said)):
+                return True
+            position = end
+    return False
 
 
 @cache

@@ -23,23 +23,32 @@ from dataclasses import dataclass
 from harness.questions.thinking import unwrapped
 from harness.scoring.equations import clause_end, partial_sums
 from harness.scoring.line import clean, read_line
-from harness.scoring.numerals import MARKUP, normal, read_numeral
-from harness.scoring.phrases import CONFIRMATION, CORRECTED, CORRECTION, FINAL_PHRASE, is_label
+from harness.scoring.numerals import MARKUP, read_numeral
+from harness.scoring.phrases import CONFIRMATION, FINAL_PHRASE, is_label
 from harness.scoring.question import Question
+from harness.scoring.retractions import CORRECTED, REPLACE, RESTART, RETRACT, retractions
 from harness.scoring.structured import json_objects
 from harness.scoring.verdicts import Extraction, Refusal, refused
 
 _DECIMAL_NUMBER = re.compile(r"\d")
+# A check of the answer ("Check: 67 + 58 = 125", "Let me verify: ..."): what it states is working beside a statement
+_CHECK = re.compile(
+    r"[\W_]*(?:let\s+me\s+|let's\s+|to\s+)?(?:double[-\s]?check|re-?check|check|verify|verifying|verification|checking)\b",
+    re.IGNORECASE,
+)
+_SENTENCE_END = re.compile(r"[.!?](?=\s)")
 _ALNUM = re.compile(r"[0-9a-zA-Z]")
 
 
 @dataclass
 class Claim:
-    """One statement of the answer: its reading, whether it says it is the final answer, and the line it is on."""
+    """One statement of the answer: its reading, whether it says it is the final answer, the line it is on, and
+    whether it is made in a check (which never conflicts with a statement of the answer)."""
 
     reading: Extraction
     final: bool
     line: int
+    check: bool = False
 
 
 def _units(text: str, base: int, expression: str) -> list[tuple[str, Extraction | None, bool]]:
@@ -60,32 +69,44 @@ class _Reader:
     def __init__(self, question: Question, base: int, expression: str, only: bool):
         self.question, self.base, self.expression, self.only = question, base, expression, only
         self.claims: list[Claim] = []
-        self.working: list[str] = []
+        self.working: list[tuple[int, str]] = []  # (line number, text)
         self.worked = False  # whether working with numbers was read since the last claim
+        self.previous = ""  # the line before, whose question a "No" may answer
 
     def read(self, line: str, number: int) -> None:
-        """One line into the claims, its corrections applied."""
-        marks = list(CORRECTION.finditer(line))
-        bounds = [0] + [point for mark in marks for point in (mark.start(), mark.end())] + [len(line)]
+        """One line into the claims, its retractions applied (harness/scoring/retractions.py)."""
+        marks = retractions(line, self.previous)
+        self.previous = line
+        bounds = [0] + [point for start, end, _ in marks for point in (start, end)] + [len(line)]
         pieces = [line[bounds[i] : bounds[i + 1]] for i in range(0, len(bounds), 2)]
-        for index, piece in enumerate(pieces):
-            corrected_after = index < len(pieces) - 1
-            claim = self._claim(piece, number, corrected=index > 0, alone=self.only and not marks)
-            if corrected_after:
+        claims = [
+            self._claim(piece, number, corrected=index > 0, alone=self.only and not marks)
+            for index, piece in enumerate(pieces)
+        ]
+        for index, (piece, claim) in enumerate(zip(pieces, claims, strict=True)):
+            kind = marks[index][2] if index < len(marks) else None
+            if kind == REPLACE and claims[index + 1] is None:
+                kind = None  # "actually" with no new answer after it: doubt
+            if kind == RESTART:
+                self.claims, self.working, self.worked = [], [], False
+                continue
+            if kind in (RETRACT, REPLACE):
                 if claim is None and not _DECIMAL_NUMBER.search(piece):
-                    self._void_last()  # nothing said since the last statement: it is what is corrected
-                continue  # a statement just before a correction is void
+                    self._void_last()  # nothing said since the last statement: it is what is taken back
+                continue  # a statement just before a retraction is void
             if claim is not None:
                 self.claims.append(claim)
                 self.worked = False
             elif _DECIMAL_NUMBER.search(piece):
                 self.worked = True
-        self.working.append(pieces[-1] if marks else line)
+        self.working.append((number, pieces[-1] if marks else line))
 
     def _void_last(self) -> None:
-        """The statement, or else the line of working, that a correction with nothing before it takes back."""
+        """The statement (and the working on its line), or else the line of working, that a retraction with nothing
+        before it takes back."""
         if self.claims and not self.worked:
-            self.claims.pop()
+            voided = self.claims.pop()
+            self.working = [(line, text) for line, text in self.working if line != voided.line]
         elif self.working:
             self.working.pop()
         self.worked = False
@@ -93,14 +114,22 @@ class _Reader:
     def _claim(self, piece: str, number: int, corrected: bool, alone: bool) -> Claim | None:
         if not piece.strip():
             return None
+        check = _CHECK.match(piece)
+        if check is not None:  # a check's sentence is working; the rest of the piece is read as any other
+            end = _SENTENCE_END.search(piece, check.end())
+            rest = self._claim(piece[end.end() :], number, corrected, alone) if end is not None else None
+            if rest is not None:
+                return rest
         reading = read_line(piece, self.question, self.base, self.expression, allow_bare=alone, questions=False)
+        if reading.rule == "steps":
+            return None  # partial sums are working: read only where nothing is stated (``verdict``)
         if not reading.states:
             found = self._in_words(piece, corrected)
-            return None if found is None else Claim(Extraction(found, "keyword"), False, number)
+            return None if found is None else Claim(Extraction(found, "keyword"), False, number, check is not None)
         if reading.rule == "boxed" or FINAL_PHRASE.search(piece) or "\\boxed" in piece:
             final = reading.rule in ("keyword", "equals") and FINAL_PHRASE.search(piece) and reading.answer
-            return Claim(Extraction(reading.answer, "final") if final else reading, True, number)
-        return Claim(reading, False, number)
+            return Claim(Extraction(reading.answer, "final") if final else reading, True, number, check is not None)
+        return Claim(reading, False, number, check is not None)
 
     def _in_words(self, piece: str, corrected: bool) -> str | None:
         """A corrected answer in a pronoun's words ("so it is 122"), or a confirmation ("Yes, 125.")."""
@@ -116,16 +145,17 @@ class _Reader:
 
     def verdict(self) -> Extraction:
         """Every claim agreeing, or the conflict; without a claim, the working's partial sums."""
-        if not self.claims:
-            steps = partial_sums("\n".join(self.working), self.question, self.base)
+        claims = [claim for claim in self.claims if not claim.check] or self.claims
+        if not claims:
+            steps = partial_sums("\n".join(text for _, text in self.working), self.question, self.base)
             return steps or refused(Refusal.NOT_THE_QUESTION)
-        malformed = [claim.reading for claim in self.claims if claim.reading.answer is None]
+        malformed = [claim.reading for claim in claims if claim.reading.answer is None]
         if malformed:
             return malformed[-1]
-        if len({normal(claim.reading.answer) for claim in self.claims}) > 1:
+        if len(claims) > 1 and len({self.question.value(claim.reading.answer) for claim in claims}) > 1:
             return refused(Refusal.CONFLICT)
-        finals = [claim for claim in self.claims if claim.final]
-        return (finals or self.claims)[-1].reading
+        finals = [claim for claim in claims if claim.final]
+        return (finals or claims)[-1].reading
 
 
 def _opens_onto_next(line: str) -> bool:

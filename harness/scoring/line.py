@@ -23,7 +23,7 @@ from harness.scoring.equations import (
     partial_sums,
     stray_number,
 )
-from harness.scoring.numerals import EMPHASIS_REACH, MARKUP, digit_chars, normal, read_numeral
+from harness.scoring.numerals import EMPHASIS_REACH, MARKUP, digit_chars, read_numeral
 from harness.scoring.phrases import NEGATION, keyword_statements
 from harness.scoring.question import Question, own_base_annotation
 from harness.scoring.structured import boxes, lone_box
@@ -34,6 +34,8 @@ _MATH_DELIMITERS = re.compile(r"\\[()\[\]]")  # \( \) \[ \]: LaTeX math mode, ma
 _TEXT_WRAPPER = re.compile(r"\\(?:text|textbf|mathrm|mathbf|mathit)\s*\{([^{}]*)\}")  # \text{15}: markup around it
 _LATEX_TIMES = re.compile(r"\\(?:times|cdot)(?![a-z])")
 _LATEX_ALIGN = re.compile(r"&\s*(?==)|\\\\\s*$|\\(?:begin|end)\{(?:align|aligned|equation|gather)\*?\}")
+# A bullet, or a number of at most two digits and "." or ")" before words or an equation: a list's layout
+_LIST_MARKER = re.compile(r"^\s*(?:[-*+•]\s+|\d{1,2}[.)]\s+(?=.*[A-Za-z=]))")
 _WORD_OPERATORS = (  # the words, and the sign they stand for
     (re.compile(r"\bplus\b", re.IGNORECASE), "plus", "+"),
     (re.compile(r"\b(?:times|multiplied\s+by)\b", re.IGNORECASE), "times", "*"),
@@ -43,8 +45,15 @@ _WORD_OPERATORS = (  # the words, and the sign they stand for
 def clean(line: str, base: int) -> str:
     """A line with LaTeX's math delimiters, text wrappers and alignment (``&=``, ``\\\\``) as the markup they are,
     its times signs as ``*``, its operators in words as signs (``47 plus 85``, ``2c times 5``: a word is a sign
-    wherever it is no numeral of the base), and a base annotation naming the task's own base taken off every numeral
-    (``1011_2``, ``1011₂``, ``1011_{2}`` in base 2: operands written with their base)."""
+    wherever it is no numeral of the base), a base annotation naming the task's own base taken off every numeral
+    (``1011_2``, ``1011₂``, ``1011_{2}`` in base 2: operands written with their base), and a list marker that opens
+    it (``- ``, ``* ``, ``1. ``) as the layout it is, not a sign.
+
+    >>> clean("- 47 + 85 = 132", 10), clean("2. The answer is 132", 10), clean("-15", 10), clean("15. 16", 10)
+    ('47 + 85 = 132', 'The answer is 132', '-15', '15. 16')
+    """
+    if marker := _LIST_MARKER.match(line):
+        line = line[marker.end() :]
     line = _LATEX_ALIGN.sub("", line) if "&" in line or "\\" in line else line
     if "\\" in line:
         line = _LATEX_TIMES.sub("*", _TEXT_WRAPPER.sub(r"\1", _MATH_DELIMITERS.sub(" ", line)))
@@ -139,10 +148,10 @@ def read_line(
         if found and not allow_bare:
             return refused(Refusal.NOT_THE_QUESTION)
         return bare(line, base, expression, signs) if allow_bare else refused(Refusal.NOTHING_STATED)
-    if len({normal(answer) for answer, _, _ in readings}) > 1:
+    if len(readings) > 1 and len({question.value(answer) for answer, _, _ in readings}) > 1:
         return refused(Refusal.CONFLICT)
     answer, rule, end = max(readings, key=lambda reading: reading[2])
-    if stray_number(line[end:], base):
+    if stray_number(line[end:], base, lambda said: question.value(said) == question.value(answer)):
         return refused(Refusal.NUMBER_AFTER)
     return Extraction(answer, rule)
 

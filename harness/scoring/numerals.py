@@ -10,6 +10,16 @@ What stands where an answer should be must be **one whole numeral in the task's 
 '1234'
 >>> read_numeral("0xDC", 16), read_numeral("10001 (in binary)", 2), read_numeral("132 ✓", 10)
 ('dc', '10001', '132')
+
+A numeral marked as another base, or written in words, is read into its value in the task's base (the same answer in
+another form), and an aside that restates the value is no second numeral:
+
+>>> read_numeral("17₁₀", 2), read_numeral("0x84", 10), read_numeral("ninety-one", 10)
+('10001', '132', '91')
+>>> read_numeral("6e_{16} (110 in base 10)", 16), read_numeral("132 (one hundred thirty-two)", 10)
+('6e', '132')
+>>> read_numeral("132 (one hundred twenty-two)", 10).rule
+'none: a second numeral follows'
 >>> read_numeral("-15", 10).rule
 'none: signed'
 >>> read_numeral("15 or 16", 10).rule
@@ -29,12 +39,13 @@ import re
 from functools import cache
 
 from harness.questions.problems import DIGITS
+from harness.scoring.values import PREFIX_BASES, PREFIXED, from_words, in_base
 from harness.scoring.verdicts import Extraction, Refusal, refused, unpaired, written_in
 
 SUBSCRIPT_DIGITS = str.maketrans("₀₁₂₃₄₅₆₇₈₉", "0123456789")
-_ANNOTATION = (  # a base written after the numeral: _{16}, _(16), _16, ₁₆, (base 16), in base 16
+ANNOTATION = (  # a base written after the numeral: _{16}, _(16), _16, ₁₆, (base 16), (in base 16), in base 16
     r"(?:_\{(?P<b1>\d+)\}|_\((?P<b2>\d+)\)|_(?P<b3>\d+)|(?P<b4>[₀-₉]+)"
-    r"|\s*\(base[\s-]*(?P<b5>\d+)\)|\s+in\s+base\s+(?P<b6>\d+)"
+    r"|\s*\((?:in\s+)?base[\s-]*(?P<b5>\d+)\)|\s+in\s+base\s+(?P<b6>\d+)"
     r"|\s*\((?:in\s+)?(?P<w1>binary|octal|decimal|hexadecimal|hex)\)|\s+in\s+(?P<w2>binary|octal|decimal|hexadecimal|hex))"
 )
 _BASE_WORDS = {"binary": "2", "octal": "8", "decimal": "10", "hex": "16", "hexadecimal": "16"}
@@ -73,11 +84,19 @@ def digit_chars(base: int) -> frozenset[str]:
     return frozenset(DIGITS[:base] + DIGITS[10:base].upper())
 
 
+def _numeral_regex(digits: str, annotation: str) -> re.Pattern[str]:
+    return re.compile(rf"(?P<sign>[-+−])?\s*\(?(?P<num>{digits})\)?(?P<frac>\.\d+)?{annotation}", re.IGNORECASE)
+
+
 @cache
 def _pattern(base: int) -> re.Pattern[str]:
-    return re.compile(
-        rf"(?P<sign>[-+−])?\s*\(?(?P<num>{numeral_pattern(base)})\)?(?P<frac>\.\d+)?{_ANNOTATION}?", re.IGNORECASE
-    )
+    """A numeral of the base, its base annotated or not."""
+    return _numeral_regex(numeral_pattern(base), f"{ANNOTATION}?")
+
+
+_MAY_MARK_A_BASE = re.compile(r"[_(₀-₉]|\sin\s")  # what every base annotation holds
+# A numeral of any base's digits with the base annotated (``17₁₀`` in a base-2 task): read in the base it names
+_ANNOTATED = _numeral_regex(r"[0-9a-z]+(?:,[0-9]{3})*", ANNOTATION)
 
 
 def _opens_emphasis(text: str, run: str) -> bool:
@@ -108,8 +127,8 @@ def _strip_trailing(text: str, before: str) -> str | Extraction:
 
 
 def read_numeral(segment: str, base: int, expression: str | None = None, before: str = "") -> Extraction | str:
-    """The one numeral ``segment`` consists of (a str), or why it is none (an Extraction). ``before`` is the
-    line's text before the segment (where markdown emphasis may have opened)."""
+    """The one numeral ``segment`` consists of, as a digit string of ``base`` (a str), or why it is none (an
+    Extraction). ``before`` is the line's text before the segment (where markdown emphasis may have opened)."""
     lead = len(segment) - len(segment.lstrip(_LEADING))
     before, text = before + segment[:lead], segment[lead:]
     text = _strip_trailing(_IS_THE_ANSWER.sub("", text), before)
@@ -120,18 +139,39 @@ def read_numeral(segment: str, base: int, expression: str | None = None, before:
         return refused(Refusal.NOTHING_THERE)
     if text.startswith(_PREFIXES.get(base, ())) and len(text) > 2:
         text = text[2:]
+    elif (prefixed := PREFIXED.fullmatch(text)) and not _pattern(base).fullmatch(text):
+        written = PREFIX_BASES[prefixed["kind"].lower()]
+        return in_base(prefixed["digits"], written, base) or written_in(str(written), base)
     if expression and "".join(text.split()) == "".join(expression.split()):
         return refused(Refusal.ECHO)
     match = _pattern(base).match(text)
+    if match is None or (match.end() < len(text) and _MAY_MARK_A_BASE.search(text, match.end())):
+        annotated = _ANNOTATED.match(text)  # digits of another base, followed by their base's mark
+        match = annotated if annotated and (not match or annotated.end() > match.end()) else match
     if not match:
-        return refused(Refusal.NO_NUMERAL)
+        return from_words(text, base) or refused(Refusal.NO_NUMERAL)
+    value = _value(match, base)
     if match.end() < len(text):
         rest = text[match.end() :]
+        aside = _ASIDE.fullmatch(rest)
+        restated = read_numeral(aside["said"], base) if aside else None
+        if isinstance(restated, str) and isinstance(value, str):
+            return value if normal(restated) == normal(value) else refused(Refusal.SECOND_NUMERAL)
         if _OPERATOR.search(rest):
             return refused(Refusal.OPERATOR_FOLLOWS)
         if re.search(rf"(?<![a-z]){numeral_pattern(base)}(?![a-z])", rest, re.IGNORECASE) or re.search(r"\d", rest):
             return refused(Refusal.SECOND_NUMERAL)
         return refused(Refusal.TEXT_FOLLOWS)
+    return value
+
+
+# An aside after a numeral that may restate it: "(110 in base 10)", "(= 17 in decimal)", "(one hundred thirty-two)"
+_ASIDE = re.compile(r"\s*\(\s*(?:=|i\.e\.,?|that\s+is,?)?\s*(?P<said>[^()]+?)\s*\)\s*")
+
+
+def _value(match: re.Match[str], base: int) -> Extraction | str:
+    """A matched numeral's value in ``base``: refused where signed or fractional, converted where its annotation
+    names another base (refused where its digits are not of that base)."""
     if match["sign"]:
         return refused(Refusal.SIGNED)
     if match["frac"]:
@@ -139,9 +179,11 @@ def read_numeral(segment: str, base: int, expression: str | None = None, before:
     annotated = next((match[f"b{i}"] for i in range(1, 7) if match[f"b{i}"]), None)
     word = match["w1"] or match["w2"]
     annotated = _BASE_WORDS[word.lower()] if word else annotated
-    if annotated is not None and annotated.translate(SUBSCRIPT_DIGITS).lstrip("0") != str(base):
-        return written_in(annotated.translate(SUBSCRIPT_DIGITS), base)
-    return match["num"].replace(",", "").lower()
+    numeral = match["num"].replace(",", "").lower()
+    if annotated is None:
+        return numeral
+    written = int(annotated.translate(SUBSCRIPT_DIGITS))
+    return in_base(numeral, written, base) or written_in(str(written), base)
 
 
 def is_numeral(text: str, base: int) -> bool:

@@ -5,15 +5,12 @@
 - a **final phrase** ("final answer", "the answer is", "result:") marks a statement as the final answer.
 - a **label** states nothing itself and gives the next line's answer its words ("The sum is:", "Final Answer", a line
   that ends with the asked expression and ``=``).
-- a **correction** takes back what was stated just before it, in words ("no —", "that's wrong", "I forgot the
-  carry", "correction:"): what follows may state the corrected answer ("so it is 132"). Doubt and checking words
-  ("Wait", "Hmm", "let me double-check", "Correct.") are no correction: they neither void nor replace anything.
 - a **confirmation** ("Yes, 125.") states the numeral it confirms.
 
->>> bool(CORRECTION.search("Wait, that's wrong.")), bool(CORRECTION.search("Wait, let me double-check."))
-(True, False)
->>> bool(CORRECTION.search("Let me recheck: 125 - 67 = 58. Correct."))
-False
+What takes a statement back is harness/scoring/retractions.py.
+
+>>> is_label("**Final Answer**"), is_label("The sum of the three numbers is:"), is_label("The sum of 27 and 48 is:")
+(True, True, False)
 """
 
 from __future__ import annotations
@@ -22,7 +19,7 @@ import re
 from functools import lru_cache
 
 from harness.scoring.equations import Statement
-from harness.scoring.question import Question
+from harness.scoring.question import IMPLICIT, Question
 
 NOUN = re.compile(r"\b(?:answer|result|sum|product|total|value|last\s+\d+\s+digits?)\b", re.IGNORECASE)
 _VERB = r"(?:\bis\b|\bare\b|\bequals\b|\bequal\s+to\b|\b(?:should|must|would|will)\s+be\b(?=[\s*_$`\\(]*\d)|:)"
@@ -38,21 +35,11 @@ _WORKING = re.compile(
 NEGATION = re.compile(r"(?:\bnot|\bnever|n't)\s*$", re.IGNORECASE)  # "not 7 + 8 = 15", "isn't 7 + 8 = 15"
 
 FINAL_PHRASE = re.compile(r"\bfinal\s+answer\b|\banswer\s*(?:is\b|:)|\bresult\s*(?:is\b|:)", re.IGNORECASE)
-# A line that only labels the answer on the line after it ("**Final Answer**", "Final Answer:", "The sum is:")
-LABEL = re.compile(r"[\W_]*(?:the\s+)?(?:final\s+)?(?:answer|result|sum|product|total)(?:\s+is)?[\W_]*", re.IGNORECASE)
-# Words by which an output says that what it stated just before is wrong.
-CORRECTION = re.compile(
-    r"\b(?:oops,?\s+)?(?:scratch\s+that|correction|on\s+second\s+thought"
-    r"|i\s+made\s+an?\s+(?:mistake|error)|i\s+(?:forgot|missed|dropped)\b|my\s+(?:mistake|error|bad))\b"
-    r"|\b(?:that|this|it)(?:'s|\s+is|\s+was)\s+(?:wrong|incorrect|not\s+(?:right|correct))\b"
-    r"|\b(?:is|was)\s+(?:wrong|incorrect)\b|\((?:wrong|incorrect)\)"
-    r"|(?:^|(?<=[.!?,]\s)|(?<=[.!?,]))\s*no\s*[,.!—–:-]",
-    re.IGNORECASE,
-)
-# After a correction: "so it is 122", "that makes 122", the corrected answer in a pronoun's words.
-CORRECTED = re.compile(
-    r"(?:\b(?:so|thus|hence|therefore|then)\s*,?\s*)?\b(?:it|that|the\s+(?:answer|result|sum|product))"
-    r"(?:'s|\s+is|\s+must\s+be|\s+should\s+be|\s+makes)\s+",
+# A line that only labels the answer on the line after it ("**Final Answer**", "Final Answer:", "The sum is:", "The
+# sum of the three numbers is:")
+LABEL = re.compile(
+    r"[\W_]*(?:the\s+|their\s+)?(?:final\s+)?(?:answer|result|sum|product|total)(?:\s+(?:of|for)\s+(?P<about>[\w\s]+?))?"
+    r"(?:\s+is)?[\W_]*",
     re.IGNORECASE,
 )
 CONFIRMATION = re.compile(r"(?:^|(?<=[.!?]\s))[\W_]*yes\s*[,:—–-]\s*(?:it(?:'s|\s+is)\s+)?", re.IGNORECASE)
@@ -96,4 +83,5 @@ def keyword_statements(line: str, question: Question, base: int) -> list[Stateme
 
 def is_label(line: str) -> bool:
     """Whether ``line`` only labels the answer that the next line gives."""
-    return LABEL.fullmatch(line) is not None
+    label = LABEL.fullmatch(line)
+    return label is not None and (label["about"] is None or IMPLICIT.fullmatch(label["about"]) is not None)

@@ -18,13 +18,15 @@ from dataclasses import dataclass
 from functools import cache, lru_cache
 
 from harness.questions.prompts import filled_template
-from harness.scoring.numerals import MARKUP, digit_chars, normal, numeral_pattern
+from harness.scoring.numerals import ANNOTATION, MARKUP, digit_chars, normal, numeral_pattern
 
 _DECIMAL_NUMBER = re.compile(r"\d")
-# What "the answer to ..." may say in words alone and still mean the question ("this problem", "the expression")
-_IMPLICIT = re.compile(
-    r"(?:\s|\b(?:the|this|that|your|my|our|given|above|following|arithmetic|asked|expression|question|problem"
-    r"|calculation|task|sum|product|addition|multiplication|operation)\b)*",
+# What "the answer to ..." may say in words alone and still mean the question ("this problem", "the expression",
+# "the three numbers", "these"): words that name all of the asked operands, or the asked computation
+IMPLICIT = re.compile(
+    r"(?:\s|\b(?:the|this|that|these|those|them|all|both|of|your|my|our|given|above|following|arithmetic|asked"
+    r"|expression|question|problem|calculation|task|sum|product|addition|multiplication|operation|numbers?|values"
+    r"|operands|terms|integers|factors|addends|two|three|four|five|six|seven|eight|nine|ten)\b)*",
     re.IGNORECASE,
 )
 _SPAN_OPERATORS = "+*×·"
@@ -124,12 +126,12 @@ def _bracketed_side(text: str, end: int, base: int, reach: int) -> tuple[str | N
 
 
 @lru_cache(maxsize=4096)
-def _question(expression: str, base: int) -> Question | None:
+def _question(expression: str, base: int, last_digits: int | None) -> Question | None:
     text = expression.strip()
     parsed = expression_before(text, len(text), base, len(text))
     if parsed is None or parsed[0] != 0 or parsed[1] is None:
         return None
-    return Question(parsed[1], tuple(sorted(parsed[2])), len(text), tuple(parsed[2]))
+    return Question(parsed[1], tuple(sorted(parsed[2])), len(text), tuple(parsed[2]), last_digits)
 
 
 def _joined_to_another(text: str, start: int) -> bool:
@@ -142,16 +144,34 @@ def _joined_to_another(text: str, start: int) -> bool:
 @dataclass(frozen=True)
 class Question:
     """The asked expression: its operator (``+`` or ``*``) and its operands as normalised digit strings (sorted, and
-    in the order asked)."""
+    in the order asked), and the task's transform of its value: the last L digits, for ``mul:trunc=L``."""
 
     operator: str
     operands: tuple[str, ...]
     length: int  # characters of the expression as written: how far back an echo of it is looked for
     ordered: tuple[str, ...] = ()
+    last_digits: int | None = None
 
     @classmethod
-    def of(cls, expression: str, base: int) -> Question | None:
-        return _question(expression, base)
+    def of(cls, expression: str, base: int, last_digits: int | None = None) -> Question | None:
+        return _question(expression, base, last_digits)
+
+    def answer(self, numeral: str) -> str:
+        """What a numeral stated of the expression answers the task: itself, or its last L digits (the full
+        product stated, where the task asks for the last L digits of it).
+
+        >>> Question.of("53 * 490", 10, last_digits=2).answer("25970"), Question.of("53 * 490", 10).answer("25970")
+        ('70', '25970')
+        """
+        return numeral[-self.last_digits :] if self.last_digits else numeral
+
+    def value(self, numeral: str) -> str:
+        """The value by which statements are compared: the answer's digits, leading zeros and case aside.
+
+        >>> Question.of("7 * 15", 10, last_digits=2).value("105") == Question.of("7 * 15", 10).value("05")
+        True
+        """
+        return normal(self.answer(normal(numeral)))
 
     @property
     def reach(self) -> int:
@@ -173,7 +193,7 @@ class Question:
         """Whether ``text`` (what a statement says it is about) names the question: the expression itself, its
         operands ("of 7 and 8"), or no number at all ("the answer to this problem")."""
         if not _DECIMAL_NUMBER.search(text):
-            return _IMPLICIT.fullmatch(text) is not None
+            return IMPLICIT.fullmatch(text) is not None
         found = re.findall(rf"(?<![0-9a-z]){numeral_pattern(base)}(?![0-9a-z])", text, re.I)
         if tuple(sorted(normal(n) for n in found)) == self.operands:
             return True
@@ -206,7 +226,7 @@ def example_questions(base: int) -> frozenset[tuple[str, tuple[str, ...]]]:
     return frozenset(found)
 
 
-_ANY_ANNOTATED = re.compile(r"[0-9a-zA-Z]+(?:_\{\d+\}|_\(\d+\)|_\d+|[₀-₉]+)")
+_ANY_ANNOTATED = re.compile(rf"[0-9a-zA-Z]+{ANNOTATION}", re.IGNORECASE)
 _SPACED_X = re.compile(r"(?<=\s)[xX](?=\s)")
 
 

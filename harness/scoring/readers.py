@@ -18,8 +18,8 @@ BOTH, FIRST, FREE = "both", "first line", "free form"
 
 @dataclass(frozen=True)
 class Example:
-    """An output, the expression it was asked (in ``base``), what it reads (None: no answer) and the rule recorded
-    (a refusal's text where it reads none), in the answer ``modes`` given."""
+    """An output, the expression it was asked (in ``base``; of which the last ``last_digits`` digits), what it reads
+    (None: no answer) and the rule recorded (a refusal's text where it reads none), in the answer ``modes`` given."""
 
     output: str
     asked: str
@@ -27,6 +27,7 @@ class Example:
     rule: str
     base: int = 10
     modes: str = BOTH
+    last_digits: int | None = None  # the task asks for the last L digits (mul:trunc=L)
 
 
 @dataclass(frozen=True)
@@ -56,6 +57,8 @@ READERS = (
             Example("(36 + 57) + 28 = 121", "36 + 57 + 28", "121", "equals"),
             Example("23 * 96 = 23 * 90 + 23 * 6 = 2070 + 138 = 2208", "23 * 96", "2208", "equals"),
             Example("1011 + 110 = 17₁₀ = 10001₂", "1011 + 110", "10001", "equals", base=2),
+            Example("1011 + 110 = 10001₂ = 17₁₀", "1011 + 110", "10001", "equals", base=2),
+            Example("5f + f = 110 (in base 10) = 6e", "5f + f", "6e", "equals", base=16),
             Example("= 15", "7 + 8", "15", "equals", modes=FIRST),
             Example("\\[ 58 + 67 &= 120 + 5 \\\\\n&= 125 \\]", "58 + 67", "125", "equals", modes=FREE),
             Example("58 + 67 =\n125", "58 + 67", "125", "equals", modes=FREE),
@@ -72,10 +75,20 @@ READERS = (
             Example("2c times 5 is dc", "2c * 5", "dc", "keyword", base=16),
             Example("The expression is 3 + 1, which is 4.", "3 + 1", "4", "keyword"),
             Example("The last 2 digits of 7 * 15 are 05.", "7 * 15", "05", "keyword"),
+            Example("53 * 490 = 25970, so the last 2 digits are 70.", "53 * 490", "70", "keyword", last_digits=2),
+            Example("The answer is 0x84.", "47 + 85", "132", "keyword", modes=FIRST),
+            Example(
+                "The answer is 10001 (in base 2), which is 17 in base 10.", "1011 + 110", "10001", "keyword", base=2
+            ),
+            Example("So the total is one hundred thirty-two.", "47 + 85", "132", "keyword"),
+            Example("The sum of the three numbers is 94.", "27 + 48 + 19", "94", "keyword"),
+            Example("Their product is 2208.", "23 * 96", "2208", "keyword"),
+            Example("1. The answer is 132.", "47 + 85", "132", "keyword", modes=FIRST),
             Example(
                 "Final Answer: The final answer is $15$. I hope it is correct.", "7 + 8", "15", "keyword", modes=FIRST
             ),
             Example("Is it 125? Yes, 125.", "58 + 67", "125", "keyword", modes=FREE),
+            Example("58 + 67 = 125\nDouble-check: 125 - 67 = 58 ✓. Yes, 125.", "58 + 67", "125", "keyword", modes=FREE),
         ),
     ),
     Reader(
@@ -119,6 +132,7 @@ READERS = (
             Example("Adding the units: 7 + 8 = 15.\nAnswer: 15", "7 + 8", "15", "final", modes=FREE),
             Example("**Final Answer**\n\n$$\n132\n$$", "47 + 85", "132", "final", modes=FREE),
             Example("The sum is:\n\n125", "58 + 67", "125", "final", modes=FREE),
+            Example("The sum of the three numbers is:\n94", "27 + 48 + 19", "94", "final", modes=FREE),
             Example(
                 "58 + 67 = 125\nLet me recheck: 125 - 67 = 58. Correct.\nThe answer is 125.",
                 "58 + 67",
@@ -140,7 +154,8 @@ READERS = (
     ),
     Reader(
         "conflict",
-        "statements of the answer that differ, with no correction in words between them: never correct",
+        "statements of the answer whose values differ (in any base marked, in words, after the task's last-L-digits"
+        " transform), with no retraction between them: never correct",
         (
             Example("7 * 8 = 56. So the answer is 54.", "7 * 8", None, _none(Refusal.CONFLICT)),
             Example("\\boxed{15} or \\boxed{16}", "7 + 8", None, _none(Refusal.CONFLICT)),
@@ -160,11 +175,23 @@ READERS = (
                 _none(Refusal.CONFLICT),
                 modes=FREE,
             ),
+            Example("47 + 85 = 132. So the total is one hundred twenty-two.", "47 + 85", None, _none(Refusal.CONFLICT)),
+            Example("1011 + 110 = 10010₂ = 17₁₀", "1011 + 110", None, _none(Refusal.CONFLICT), base=2),
+            Example(
+                "53 * 490 = 25970, so the last 2 digits are 71.",
+                "53 * 490",
+                None,
+                _none(Refusal.CONFLICT),
+                last_digits=2,
+            ),
         ),
     ),
     Reader(
-        "(correction)",
-        "a statement the output corrects in words is void; the correction that follows stands",
+        "(retraction)",
+        "a retraction takes back only what it points at: the answer just stated (or the line of working just read)"
+        ' is void and what follows stands; "actually" replaces only where a new answer follows; "let me start'
+        ' over" voids everything before it. A noun, an error owned as fixed, a "No" answering the output\'s own'
+        " question or denying an error, and doubt take back nothing",
         (
             Example("47 + 85 = 122\nNo, the carry: 47 + 85 = 132", "47 + 85", "132", "equals", modes=FREE),
             Example(
@@ -173,11 +200,32 @@ READERS = (
             Example("47 + 85 = 122\nI forgot the carry, so it is 132.", "47 + 85", "132", "keyword", modes=FREE),
             Example("47 + 85 = 122 (wrong)", "47 + 85", None, _none(Refusal.NOT_THE_QUESTION), modes=FREE),
             Example("The answer is 122, no — it is 132.", "47 + 85", "132", "keyword", modes=FREE),
+            Example(
+                "The final answer is 132.\nWait, actually the answer is 122.", "47 + 85", "122", "final", modes=FREE
+            ),
+            Example("The answer is 132.\nWait, actually, let me double-check.", "47 + 85", "132", "final", modes=FREE),
+            Example("47 + 85 = 122\nLet me start over.", "47 + 85", None, _none(Refusal.NOT_THE_QUESTION), modes=FREE),
+            Example(
+                "27 + 48 = 75, 75 + 19 = 95\nThat's wrong.",
+                "27 + 48 + 19",
+                None,
+                _none(Refusal.NOT_THE_QUESTION),
+                modes=FREE,
+            ),
+            Example("The answer is 132.\nNo correction needed.", "47 + 85", "132", "final", modes=FREE),
+            Example(
+                "47 + 85 = 132\nI made an error earlier but fixed it above.", "47 + 85", "132", "equals", modes=FREE
+            ),
+            Example(
+                "47 + 85 = 132\nDid I forget the carry? No, I included it.", "47 + 85", "132", "equals", modes=FREE
+            ),
+            Example("Is it 122? No, it is 132.", "47 + 85", "132", "keyword", modes=FREE),
         ),
     ),
     Reader(
         "(any)",
-        "thinking is never read, whatever its marker, closed or not; operands may carry the task's base",
+        "thinking is never read, whatever its marker, closed or not; operands may carry the task's base; a list"
+        " marker opening a line (`- `, `* `, `1. `) is layout, not a sign",
         (
             Example("<think>7 and 8 make 15</think>7 + 8 = 15", "7 + 8", "15", "equals"),
             _never_leaves_thinking("[THINK]The final answer is 132."),
@@ -192,15 +240,18 @@ READERS = (
                 modes=FREE,
             ),
             Example("1011_2 + 110_2 = 10001_2", "1011 + 110", "10001", "equals", base=2),
+            Example("- 47 + 85 = 132", "47 + 85", "132", "equals"),
         ),
     ),
     Reader(
         "(none)",
-        "working is never the answer: an equation about another expression, a partial sum, a check, the prompt's"
-        " examples; nor a hedged, negated or continued statement",
+        "working is never the answer, and never conflicts with one: an equation about another expression, a partial"
+        " sum, a check, the prompt's examples; nor a hedged, negated or continued statement",
         (
             Example("First, 12 + 34 = 46.", "12 + 34 + 56", None, _none(Refusal.ABOUT_OTHERS), modes=FIRST),
             Example("58 + 67 = 124\nCheck: 10 + (58 + 67) = 125", "58 + 67", "124", "equals", modes=FREE),
+            Example("27 + 48 = 75, 75 + 19 = 94\nThe answer is 95.", "27 + 48 + 19", "95", "final", modes=FREE),
+            Example("The answer is 125.\nCheck: 67 + 58 = 124.", "58 + 67", "125", "final", modes=FREE),
             Example("For 32 + 78, the answer is 110.", "55 + 55", None, _none(Refusal.NOTHING_STATED), modes=FIRST),
             Example("Start with 27 + 48\n= 75", "27 + 48 + 19", None, _none(Refusal.NOT_THE_QUESTION), modes=FREE),
             Example("7 + 8 = 15. Wait, 16.", "7 + 8", None, _none(Refusal.NUMBER_AFTER)),

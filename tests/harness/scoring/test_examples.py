@@ -10,7 +10,7 @@ import pytest
 import harness.scoring as scoring_package
 from harness.questions import thinking
 from harness.questions.answers import FIRST_LINE, FreeForm
-from harness.scoring import docs, equations, extract, line, numerals, phrases, question, structured
+from harness.scoring import docs, equations, extract, line, numerals, phrases, question, retractions, structured, values
 from harness.scoring.readers import BOTH, FIRST, FREE, examples
 
 MODES = {FIRST: (FIRST_LINE,), FREE: (FreeForm(512),), BOTH: (FIRST_LINE, FreeForm(512))}
@@ -20,7 +20,7 @@ EXAMPLES = examples()
 @pytest.mark.parametrize("reader,example", EXAMPLES, ids=[f"{r.rule}:{e.output[:40]}" for r, e in EXAMPLES])
 def test_each_example_reads_as_its_reader_says(reader, example):
     for mode in MODES[example.modes]:
-        extraction = extract(example.output, example.base, example.asked, mode)
+        extraction = extract(example.output, example.base, example.asked, mode, example.last_digits)
         expected = example.rule
         if (
             mode is not FIRST_LINE
@@ -44,7 +44,8 @@ def test_an_edited_row_of_the_docs_table_is_caught():
 
 
 @pytest.mark.parametrize(
-    "module", [scoring_package, equations, line, numerals, phrases, question, structured, thinking]
+    "module",
+    [scoring_package, equations, line, numerals, phrases, question, retractions, structured, thinking, values],
 )
 def test_the_doctest_examples_beside_each_rule_hold(module):
     failed, attempted = doctest.testmod(module, verbose=False)

@@ -11,6 +11,7 @@ import pytest
 
 from harness.backends.scripted import ScriptedBackend
 from harness.eval import evaluate
+from harness.rescore import main as rescore
 from harness.runs.config import build_spec, load_config
 
 
@@ -202,3 +203,27 @@ def test_the_thinking_switch_sets_the_templates_enable_thinking_and_is_refused_w
     assert prompts["off"].endswith("<|im_start|>assistant\n<think>\n\n</think>\n\n"), prompts["off"]
     assert prompts["auto"] == prompts["on"] and "<think>" not in prompts["on"]
     assert "<think>" not in plain
+
+
+def test_a_truncated_product_stated_whole_is_read_as_its_last_digits_and_a_rescore_agrees(tmp_path, capsys):
+    """mul:trunc=2 asks for the last 2 digits: a model that states the whole product answers with its last 2 digits
+    (issue 55), in the run and in a rescore (which reads the task from the row); a wrong last digit stays wrong."""
+
+    def whole_product(message: str, rows: int) -> str:
+        expression = re.search(r"base 10: (.+)$", message.splitlines()[0])[1]
+        value = gold(expression)
+        stated = value if sum(map(ord, expression)) % 3 else value + 1  # every third problem off by one
+        return f"<think>multiply</think>\n{expression} = {stated}, so the last 2 digits are {stated % 100:02d}."
+
+    out = tmp_path / "run"
+    run(out, script=whole_product, tasks=("mul:trunc=2",), samples=12)
+    samples = [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()]
+    assert len(samples) == 48 and {sample["task"] for sample in samples} == {"mul"}
+    for sample in samples:
+        right = sum(map(ord, sample["expression"])) % 3 != 0
+        assert sample["correct"] == right and len(sample["gold"]) == 2, sample
+        assert sample["extracted"] == (sample["gold"] if right else f"{(int(sample['gold']) + 1) % 100:02d}")
+    assert 0 < sum(sample["correct"] for sample in samples) < 48
+    capsys.readouterr()
+    assert rescore([str(out)]) == 0
+    assert "0 verdict(s) changed, 0 answer(s) read differently" in capsys.readouterr().out

@@ -462,7 +462,9 @@ REASONING_OUTPUTS = [
     ("7 times 8 is 56.", "7 * 8", 10, FIRST_LINE, "56", True, "keyword"),
     ("1011_2 + 110_2 = 10001_2", "1011 + 110", 2, FIRST_LINE, "10001", True, "equals"),
     ("1011 + 110 = 17₁₀ = 10001₂", "1011 + 110", 2, FIRST_LINE, "10001", True, "equals"),
-    ("1011 + 110 = 17₁₀", "1011 + 110", 2, FIRST_LINE, "10001", False, "none"),
+    # a value marked with another base is read into the task's base (issue 55): 17 in base 10 is 10001 in base 2
+    ("1011 + 110 = 17₁₀", "1011 + 110", 2, FIRST_LINE, "10001", True, "equals"),
+    ("1011 + 110 = 19₂", "1011 + 110", 2, FIRST_LINE, "10001", False, "none"),
     # partial sums that add exactly the asked operands in order: their last sum
     ("27 + 48 = 75, 75 + 19 = 94", "27 + 48 + 19", 10, FIRST_LINE, "94", True, "steps"),
     ("27 + 48 = 75, 75 + 19 = 95", "27 + 48 + 19", 10, FIRST_LINE, "94", False, "steps"),
@@ -542,7 +544,8 @@ FREE_FORM_FORMATS = [  # (output, asked, base, the answer it states or None): ho
     ("Answer: 132\n\nExplanation: 47 + 85 = 132 because 7 + 5 = 12.", "47 + 85", 10, "132"),
     ("Answer: 132\n\nExplanation: 47 + 85 = 131.", "47 + 85", 10, None),
     ("\\[\n\\begin{aligned}\n47 + 85 &= 132\n\\end{aligned}\n\\]", "47 + 85", 10, "132"),
-    ("The result is 132 (one hundred thirty-two).", "47 + 85", 10, None),
+    ("The result is 132 (one hundred thirty-two).", "47 + 85", 10, "132"),  # the same value restated in words
+    ("The result is 132 (one hundred twenty-two).", "47 + 85", 10, None),
     ("47 + 85 = 132\n\nCheck: 10 + (47 + 85) = 142", "47 + 85", 10, "132"),
     ("First, add 47 and 85: 47 + 85 = 132.", "47 + 85", 10, "132"),
     ("Yes.", "47 + 85", 10, None),
