@@ -4,7 +4,9 @@ numprec's own lines only (tests/console.py lists their formats); --verbose shows
 Commands whose happy paths other tests already run as processes check their consoles there: harness.eval
 (tests/harness/runs/test_eval.py), harness.quantize (tests/harness/conftest.py), harness.serve
 (tests/harness/backends/test_api.py), finetune.train (tests/finetune/test_train.py), scratch.sweep
-(tests/scratch/test_sweep.py), bench.run (tests/bench/test_run.py)."""
+(tests/scratch/test_sweep.py), bench.run (tests/bench/test_run.py). Those may be forked from a warm interpreter that
+has imported torch and transformers already (tests/warm.py); the commands here run in fresh interpreters, so what
+those two print while they are imported is checked here."""
 
 from __future__ import annotations
 
@@ -36,7 +38,7 @@ def test_a_quantized_run_and_its_readers_speak_numprec(tmp_path):
     libraries; then the commands that read the run."""
     out = tmp_path / "run"
     grid = ["--tasks", "add", "--lengths", "1", "--samples", "2", "--out", str(out)]
-    result = run_module("harness.eval", "--precision", "nf4,gguf-q4_1", *grid)
+    result = run_module("harness.eval", "--precision", "nf4,gguf-q4_1", *grid, fresh=True)
     assert result.returncode == 0, result.stderr[-3000:]
     assert_numprec_console(result)
     for module, args in [
@@ -44,16 +46,20 @@ def test_a_quantized_run_and_its_readers_speak_numprec(tmp_path):
         ("harness.diff", [str(out), str(out)]),
         ("harness.problems", ["--task", "mul", "--length", "2", "--count", "3", "--out", str(tmp_path / "p.jsonl")]),
     ]:
-        result = run_module(module, *args)
+        result = run_module(module, *args, fresh=True)
         assert result.returncode == 0, (module, result.stderr[-3000:])
         assert_numprec_console(result)
 
 
 def test_training_commands_speak_numprec(tmp_path):
-    scratch = run_module("scratch.train", "--steps", "4", "--warmup-steps", "1", "--eval-every", "2", "--n-embd", "32")
+    scratch = run_module(
+        "scratch.train", "--steps", "4", "--warmup-steps", "1", "--eval-every", "2", "--n-embd", "32", fresh=True
+    )
     assert scratch.returncode == 0, scratch.stderr[-3000:]
     assert_numprec_console(scratch)
-    data = run_module("finetune.data", "--tasks", "add", "--scale", "0.001", "--out", str(tmp_path / "data"))
+    data = run_module(
+        "finetune.data", "--tasks", "add", "--scale", "0.001", "--out", str(tmp_path / "data"), fresh=True
+    )
     assert data.returncode == 0, data.stderr[-3000:]
     assert_numprec_console(data)
 

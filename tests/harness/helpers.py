@@ -13,6 +13,7 @@ from harness.questions.problems import generate
 from harness.questions.prompts import user_message
 from harness.serve import free_port  # noqa: F401  (the tests' free port)
 from tests.needs import require
+from tests.warm import WarmInterpreter
 
 needs_quantize_env = pytest.mark.skipif(
     not (QUANTIZE_ENV / "bin" / "python").exists(), reason="run scripts/setup_quantize.sh (CI does)"
@@ -36,16 +37,30 @@ def command_env() -> dict:
     return {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1"}
 
 
+_warm: list[WarmInterpreter] = []  # this test process's warm interpreter, started by the first command
+
+
 def run_module(
-    module: str, *args: str, timeout: float = 900, cwd: Path = ROOT, env: dict | None = None
+    module: str, *args: str, timeout: float = 900, cwd: Path = ROOT, env: dict | None = None, fresh: bool = False
 ) -> subprocess.CompletedProcess:
+    """``python -m module args`` as a process of its own, its output captured. Forked from a warm interpreter where
+    nothing a fresh one would do differently can matter (tests/warm.py), else a fresh interpreter; ``fresh`` asks
+    for one always (what libraries print while they are imported)."""
+    full_env = {**command_env(), **(env or {})}
+    if not fresh and os.environ.get("NUMPREC_TESTS_WARM", "1") != "0":
+        if not _warm:
+            _warm.append(WarmInterpreter(ROOT, command_env()))
+        elif _warm[0].takes(list(args), cwd, full_env):
+            result = _warm[0].run(module, list(args), timeout, full_env)
+            if result is not None:
+                return result
     return subprocess.run(
         [sys.executable, "-m", module, *args],
         capture_output=True,
         text=True,
         timeout=timeout,
         cwd=cwd,
-        env={**command_env(), **(env or {})},
+        env=full_env,
     )
 
 

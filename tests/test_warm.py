@@ -1,0 +1,60 @@
+"""The warm interpreter the tests' commands are forked from (tests/warm.py) gives what a fresh interpreter gives: the
+same argv, working directory, __main__, stdout, stderr (as text mode reads them) and exit status, a signal reported
+as subprocess reports one, a timeout as subprocess.run raises it; and it is taken only where nothing differs."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+
+import pytest
+
+from tests.harness import helpers
+from tests.harness.helpers import ROOT, command_env, run_module
+
+
+@pytest.fixture(scope="module")
+def warm():
+    """This process's warm interpreter, once it takes commands (started by the first command, as in any test)."""
+    run_module("tests.warm_probe", "0")
+    interpreter = helpers._warm[0]
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not interpreter.takes([], ROOT, command_env()):
+        time.sleep(0.2)
+    assert interpreter.takes([], ROOT, command_env()), "the warm interpreter did not start"
+    return interpreter
+
+
+def test_a_forked_command_is_what_a_fresh_one_is(warm):
+    for code in ("0", "3"):
+        fresh = run_module("tests.warm_probe", code, "--flag", fresh=True)
+        forked = warm.run("tests.warm_probe", [code, "--flag"], timeout=60)
+        seen_fresh, seen_forked = json.loads(fresh.stdout), json.loads(forked.stdout)
+        assert not seen_fresh["torch"] and seen_forked["torch"], "the forked one ran in the warm interpreter"
+        assert seen_forked["argv"] == seen_fresh["argv"] and seen_forked["argv"][0].endswith("tests/warm_probe.py")
+        assert (seen_forked["cwd"], seen_forked["name"]) == (seen_fresh["cwd"], "__main__")
+        assert forked.stderr == fresh.stderr == "a line on stderr\nand a bar\nredrawn\n"
+        assert forked.returncode == fresh.returncode == int(code)
+        assert forked.args == fresh.args
+
+
+def test_a_signal_and_a_timeout_are_reported_as_subprocess_reports_them(warm):
+    assert warm.run("tests.warm_probe", ["kill"], timeout=60).returncode == -15
+    assert run_module("tests.warm_probe", "kill", fresh=True).returncode == -15
+    started = time.monotonic()
+    with pytest.raises(subprocess.TimeoutExpired) as timed_out:
+        warm.run("tests.warm_probe", ["sleep"], timeout=3)
+    assert json.loads(timed_out.value.output)["argv"][1] == "sleep"
+    assert time.monotonic() - started < 60, "the sleeping command was killed, not waited for"
+
+
+def test_it_is_taken_only_where_a_fresh_interpreter_would_do_the_same(warm, tmp_path):
+    env = command_env()
+    assert warm.takes(["--out", "x"], ROOT, env)
+    assert not warm.takes(["--verbose"], ROOT, env), "--verbose changes what libraries print while imported"
+    assert not warm.takes([], tmp_path, env), "python -m imports from its working directory"
+    assert not warm.takes([], ROOT, {**env, "NUMPREC_VERBOSE": "1"}), "a variable read at import"
+    result = run_module("tests.warm_probe", "0", env={"NUMPREC_PROBE": "1"})
+    assert not json.loads(result.stdout)["torch"], "a changed environment runs a fresh interpreter"
+    assert json.loads(run_module("tests.warm_probe", "0").stdout)["torch"], "the same one runs warm"

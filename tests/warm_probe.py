@@ -1,0 +1,22 @@
+"""A command for tests/test_warm.py: says what it sees as ``python -m tests.warm_probe`` and exits as asked.
+
+python -m tests.warm_probe CODE        # prints its argv, cwd, __name__ and parent on stdout, a line on stderr
+python -m tests.warm_probe kill        # ends by SIGTERM
+python -m tests.warm_probe sleep       # sleeps until killed
+"""
+
+import json
+import os
+import signal
+import sys
+import time
+
+if __name__ == "__main__":
+    print(json.dumps({"argv": sys.argv, "cwd": os.getcwd(), "name": __name__, "torch": "torch" in sys.modules}))
+    print("a line on stderr\r\nand a bar\rredrawn", file=sys.stderr)
+    if sys.argv[1] == "kill":
+        sys.stdout.flush()
+        os.kill(os.getpid(), signal.SIGTERM)
+    if sys.argv[1] == "sleep":
+        time.sleep(600)
+    sys.exit(int(sys.argv[1]))
