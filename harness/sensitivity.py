@@ -34,7 +34,7 @@ from harness.models.weights import variant_weights
 from harness.questions.problems import HELD_OUT_COUNT, generate, heldout_problems, parse_task
 from harness.recipes.bits import mean_bits, precision_bits
 from harness.recipes.confirm import equal_bits_variants, paired_table, problems_needed
-from harness.recipes.frontier import frontier_png
+from harness.recipes.frontier import frontier_png, recipe_name
 from harness.recipes.groups import GRANULARITIES, groups_of
 from harness.recipes.mixer import Mixer
 from harness.recipes.recipe_file import recipe_text
@@ -245,7 +245,7 @@ def write_recipe(args, mix: Mix, mixer: Mixer, groups: list, rows: list[dict], b
         order = ranked(members, gains, target_bits, keep_bits, mix.shapes)
         choice = margin_choice(args, mix, mixer, members, order, batch, reference)
         name, how = f"margin-{args.margin:g}", f"as the fewest bits within --margin {args.margin} of fp32"
-    name += "" if args.rank == "restore-one" else f"-by-{args.rank}"  # the default's files keep their names
+    name = recipe_name(name, args.rank)
     kept = [layer for group in choice.kept for layer in members[group]]
     mixer.use(kept)
     scores = score(mixer.model, batch, _pad(mixer))
