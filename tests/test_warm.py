@@ -16,7 +16,8 @@ from tests.harness.helpers import ROOT, command_env, run_module
 
 @pytest.fixture(scope="module")
 def warm():
-    """This process's warm interpreter, once it takes commands (started by the first command, as in any test)."""
+    """This process's warm interpreter for the environment as it is now, once it takes commands (started by a
+    command, as in any test)."""
     run_module("tests.warm_probe", "0")
     interpreter = helpers._warm[0]
     deadline = time.monotonic() + 120

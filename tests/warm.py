@@ -131,10 +131,19 @@ class WarmInterpreter:
         with contextlib.suppress(OSError):
             os.rmdir(self.folder)
 
+    def started_with(self, env: dict[str, str]) -> bool:
+        """Whether this interpreter started with ``env`` (what changes between tests aside)."""
+        same = _without_per_test(env) == _without_per_test(self.env)
+        if not same and (log := os.environ.get("NUMPREC_TESTS_WARM_LOG")):
+            changed = sorted(set(env.items()) ^ set(self.env.items()))
+            with open(log, "a") as handle:
+                handle.write(f"{os.getpid()} {[name for name, _ in changed if name not in _PER_TEST]}\n")
+        return same
+
     def takes(self, args: list[str], cwd: Path, env: dict[str, str]) -> bool:
         """Whether a command can be forked here without any difference a fresh interpreter would show."""
         return (
-            _without_per_test(env) == _without_per_test(self.env)
+            self.started_with(env)
             and Path(cwd).resolve() == self.root
             and "--verbose" not in args
             and os.path.exists(self.path)

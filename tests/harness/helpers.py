@@ -46,10 +46,15 @@ def run_module(
     """``python -m module args`` as a process of its own, its output captured. Forked from a warm interpreter where
     nothing a fresh one would do differently can matter (tests/warm.py), else a fresh interpreter; ``fresh`` asks
     for one always (what libraries print while they are imported)."""
-    full_env = {**command_env(), **(env or {})}
+    base_env = command_env()
+    full_env = {**base_env, **(env or {})}
     if not fresh and os.environ.get("NUMPREC_TESTS_WARM", "1") != "0":
-        if not _warm:
-            _warm.append(WarmInterpreter(ROOT, command_env()))
+        if not _warm or not _warm[0].started_with(base_env):
+            # the first command, or the test process's environment changed since (a library's import sets a
+            # variable): a warm interpreter for the environment as it is now; this command runs fresh meanwhile
+            for earlier in _warm:
+                earlier.stop()
+            _warm[:] = [WarmInterpreter(ROOT, base_env)]
         elif _warm[0].takes(list(args), cwd, full_env):
             result = _warm[0].run(module, list(args), timeout, full_env)
             if result is not None:
