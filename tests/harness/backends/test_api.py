@@ -182,7 +182,7 @@ FAULTS = [
     ("status", 429, {"Retry-After": "1"}),
     ("status", 500, {}),
     ("drop",),  # the connection closed with no reply
-    ("slow", 35),  # past the 30 s timeout, which no real request reaches on a loaded machine
+    ("slow", 14),  # past the 10 s timeout, which no real request of 5 one-digit sums reaches on a loaded machine
     ("badjson",),
 ]
 
@@ -191,7 +191,7 @@ def test_every_fault_is_retried_and_the_run_equals_a_clean_one(server, clean_sma
     with FaultProxy(server.port) as proxy:
         for fault in FAULTS:
             proxy.faults.extend([fault, ("pass",)])
-        args = api(proxy.url, "--concurrency", "1", "--api-retries", "2", "--api-timeout", "30")
+        args = api(proxy.url, "--concurrency", "1", "--api-retries", "2", "--api-timeout", "10")
         code, err = evaluate(tmp_path / "run", *args, capsys=capsys)
         assert not proxy.faults, "every fault was met"
     assert code == 0, err
