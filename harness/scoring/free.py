@@ -26,7 +26,7 @@ from harness.scoring.line import clean, read_line
 from harness.scoring.numerals import MARKUP, read_numeral
 from harness.scoring.phrases import CONFIRMATION, FINAL_PHRASE, is_label
 from harness.scoring.question import Question
-from harness.scoring.retractions import CORRECTED, REPLACE, RESTART, RETRACT, retractions
+from harness.scoring.retractions import CORRECTED, REPLACE, RESTART, RETRACT, SENTENCE_END, retractions
 from harness.scoring.structured import json_objects
 from harness.scoring.verdicts import Extraction, Refusal, refused
 
@@ -36,7 +36,6 @@ _CHECK = re.compile(
     r"[\W_]*(?:let\s+me\s+|let's\s+|to\s+)?(?:double[-\s]?check|re-?check|check|verify|verifying|verification|checking)\b",
     re.IGNORECASE,
 )
-_SENTENCE_END = re.compile(r"[.!?](?=\s)")
 _ALNUM = re.compile(r"[0-9a-zA-Z]")
 
 
@@ -115,8 +114,9 @@ class _Reader:
         if not piece.strip():
             return None
         check = _CHECK.match(piece)
-        if check is not None:  # a check's sentence is working; the rest of the piece is read as any other
-            end = _SENTENCE_END.search(piece, check.end())
+        in_check = check is not None
+        if in_check:  # a check's sentence is working; the rest of the piece is read as any other
+            end = SENTENCE_END.search(piece, check.end())
             rest = self._claim(piece[end.end() :], number, corrected, alone) if end is not None else None
             if rest is not None:
                 return rest
@@ -125,11 +125,11 @@ class _Reader:
             return None  # partial sums are working: read only where nothing is stated (``verdict``)
         if not reading.states:
             found = self._in_words(piece, corrected)
-            return None if found is None else Claim(Extraction(found, "keyword"), False, number, check is not None)
+            return None if found is None else Claim(Extraction(found, "keyword"), False, number, in_check)
         if reading.rule == "boxed" or FINAL_PHRASE.search(piece) or "\\boxed" in piece:
             final = reading.rule in ("keyword", "equals") and FINAL_PHRASE.search(piece) and reading.answer
-            return Claim(Extraction(reading.answer, "final") if final else reading, True, number, check is not None)
-        return Claim(reading, False, number, check is not None)
+            return Claim(Extraction(reading.answer, "final") if final else reading, True, number, in_check)
+        return Claim(reading, False, number, in_check)
 
     def _in_words(self, piece: str, corrected: bool) -> str | None:
         """A corrected answer in a pronoun's words ("so it is 122"), or a confirmation ("Yes, 125.")."""

@@ -49,7 +49,8 @@ ANNOTATION = (  # a base written after the numeral: _{16}, _(16), _16, ₁₆, (
     r"|\s*\((?:in\s+)?(?P<w1>binary|octal|decimal|hexadecimal|hex)\)|\s+in\s+(?P<w2>binary|octal|decimal|hexadecimal|hex))"
 )
 _BASE_WORDS = {"binary": "2", "octal": "8", "decimal": "10", "hex": "16", "hexadecimal": "16"}
-_PREFIXES = {2: ("0b", "0B"), 8: ("0o", "0O"), 16: ("0x", "0X")}  # a prefix that names the task's own base
+# a prefix that names the task's own base
+_PREFIXES = {base: (f"0{kind}", f"0{kind.upper()}") for kind, base in PREFIX_BASES.items()}
 _IS_THE_ANSWER = re.compile(r"\s+is\s+the\s+(?:final\s+)?(?:answer|result|sum|product|total)\W*$", re.IGNORECASE)
 MARKUP = " \t*_`$\"'"
 _LEADING = " \t*_`$\"'[\\"

@@ -63,7 +63,7 @@ _DENIAL = re.compile(
     r"|(?:no\s+)?(?:errors?|mistakes?)\b|all\s+good\b)",
     re.IGNORECASE,
 )
-_SENTENCE_END = re.compile(r"[.!?](?=\s|$)")
+SENTENCE_END = re.compile(r"[.!?](?=\s|$)")
 # A question about the answer's correctness: a "No" after it takes the answer back ("Is that right? No, ...")
 _ASKS_IF_RIGHT = re.compile(r"\b(?:right|correct|accurate|true|sure|ok(?:ay)?)\W*\?$", re.IGNORECASE)
 # Doing the work again to check it: doubt, not a restart ("I'll redo the sum to double-check")
@@ -92,7 +92,7 @@ def _kind(line: str, mark: re.Match[str], previous: str) -> str | None:
             return None
         before = line[: mark.start()].rstrip() or previous.rstrip()
         return ANSWERS if before.endswith("?") and not _ASKS_IF_RIGHT.search(before) else RETRACT
-    sentence = _SENTENCE_END.search(line, mark.end())
+    sentence = SENTENCE_END.search(line, mark.end())
     if _FIXED.search(line, mark.end(), sentence.start() if sentence else len(line)):
         return None  # an error owned as already fixed
     return RETRACT
