@@ -34,7 +34,7 @@ def test_every_cpu_variant_is_evaluated_with_its_quantization_recorded(tmp_path)
         "--lengths",
         "1",
         "--samples",
-        "8",
+        "4",
         "--out",
         str(out),
     )
@@ -52,7 +52,7 @@ def test_every_cpu_variant_is_evaluated_with_its_quantization_recorded(tmp_path)
     for name, (method, bits, backend) in expected.items():
         row = rows[name]
         assert (row["method"], row["weight_bits"], row["backend"]) == (method, bits, backend), row
-        assert int(row["n"]) == 8 and int(row["gen_tokens"]) > 8
+        assert int(row["n"]) == 4 and int(row["gen_tokens"]) > 4
     footprint = {name: float(row["footprint_mb"]) for name, row in rows.items()}
     # Real quantization shrinks the weights: nothing here is an fp32 model under another name.
     assert footprint["int8"] < 0.4 * footprint["fp32"]

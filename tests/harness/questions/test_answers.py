@@ -13,7 +13,7 @@ from harness.questions.problems import Task, generate
 from harness.questions.prompts import user_message
 from tests.answer_modes import FIRST_WORD, stopped_at_first_word
 
-PROBLEMS = generate(Task("add"), 10, 2, 6, seed=0) + generate(Task("mul"), 10, 1, 4, seed=0)
+PROBLEMS = generate(Task("add"), 10, 2, 3, seed=0) + generate(Task("mul"), 10, 1, 2, seed=0)
 
 
 @pytest.fixture(scope="module")

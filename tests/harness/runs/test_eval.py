@@ -160,8 +160,8 @@ def start_eval_until_a_cell_is_saved(args: list[str], results, capture: bool) ->
 
 def test_resume_after_kill_loses_no_finished_cell(tmp_path):
     out = tmp_path / "run"
-    # batch size 8: each cell is generated on its own, so the kill lands between saved cells
-    args = ["--precision", "fp32", "--tasks", "add", "--lengths", "1,2,3", "--samples", "8", "--batch-size", "8"]
+    # batch size 4: each cell is generated on its own, so the kill lands between saved cells
+    args = ["--precision", "fp32", "--tasks", "add", "--lengths", "1,2,3", "--samples", "4", "--batch-size", "4"]
     args += ["--out", str(out)]
     process = start_eval_until_a_cell_is_saved(args, out / "results.csv", capture=False)
     results = out / "results.csv"
@@ -180,22 +180,23 @@ def test_resume_after_kill_loses_no_finished_cell(tmp_path):
     after = read_rows(results)
     assert [(r["task"], r["length"]) for r in after] == [("add", "1"), ("add", "2"), ("add", "3")]
     assert after[: len(before)] == before, "finished cells are kept as they were, not recomputed"
-    assert len((out / "samples.jsonl").read_text().splitlines()) == 24
+    assert len((out / "samples.jsonl").read_text().splitlines()) == 12
     assert not list(out.glob(".*.tmp")), "no temporary file is left behind"
 
 
 def test_other_settings_need_another_directory(tmp_path):
     out = tmp_path / "run"
-    first = run_module("harness.eval", "--tasks", "add", "--lengths", "1", "--samples", "2", "--out", str(out))
+    grid = ["--model", "smollm2", "--precision", "fp32", "--tasks", "add", "--lengths", "1"]
+    first = run_module("harness.eval", *grid, "--samples", "2", "--out", str(out))
     assert first.returncode == 0, first.stderr
-    result = run_module("harness.eval", "--tasks", "add", "--lengths", "1", "--samples", "3", "--out", str(out))
+    result = run_module("harness.eval", *grid, "--samples", "3", "--out", str(out))
     assert_user_error(result, "samples 2 there vs 3 now")
 
 
 def test_ctrl_c_keeps_finished_cells_and_exits_130(tmp_path):
     out = tmp_path / "run"
-    # batch size 8: each cell is generated on its own; nine cells leave work to interrupt after the first
-    args = ["--precision", "fp32", "--tasks", "add", "--lengths", "1-9", "--samples", "8", "--batch-size", "8"]
+    # batch size 4: each cell is generated on its own; nine cells leave work to interrupt after the first
+    args = ["--precision", "fp32", "--tasks", "add", "--lengths", "1-9", "--samples", "4", "--batch-size", "4"]
     args += ["--out", str(out)]
     results = out / "results.csv"
     process = start_eval_until_a_cell_is_saved(args, results, capture=True)

@@ -33,14 +33,21 @@ LAUNCHERS = {
 }
 
 
+@pytest.fixture(scope="module")
+def single(tiny_llama, tmp_path_factory) -> Path:
+    """The grid in one process: what each launcher's two processes must write."""
+    out = tmp_path_factory.mktemp("single") / "run"
+    result = run_module("harness.eval", *GRID, "--model-path", str(tiny_llama), "--out", str(out))
+    assert result.returncode == 0, result.stderr
+    return out
+
+
 @pytest.mark.parametrize("launcher", sorted(LAUNCHERS))
-def test_two_processes_match_one_row_for_row(tmp_path, launcher, tiny_llama, request):
+def test_two_processes_match_one_row_for_row(tmp_path, launcher, tiny_llama, single, request):
     if launcher == "cpu-mpirun":
         request.getfixturevalue("mpirun")  # skips without Open MPI, unless NUMPREC_REQUIRE_MPI=1
-    single, parallel = tmp_path / "single", tmp_path / "parallel"
+    parallel = tmp_path / "parallel"
     grid = [*GRID, "--model-path", str(tiny_llama)]
-    result = run_module("harness.eval", *grid, "--out", str(single))
-    assert result.returncode == 0, result.stderr
     hostfile = tmp_path / "hostfile"
     hostfile.write_text("localhost slots=2\n")
     launch = [str(hostfile) if part == "HOSTFILE" else part for part in LAUNCHERS[launcher]]

@@ -63,14 +63,14 @@ def test_two_runs_started_together_one_runs_one_is_refused_and_nothing_is_lost(t
             assert first.poll() is None and time.monotonic() < deadline, "the first run never took the directory"
             time.sleep(0.1)
         first.send_signal(signal.SIGSTOP)
-        second = run_module("harness.eval", *base, "--lengths", "3", cwd=tmp_path)
+        second = run_module("harness.eval", *base, "--lengths", "3")
         assert_user_error(second, f"another process (pid {first.pid} on", "--lengths 1,2", "pass another --out")
     finally:
         first.send_signal(signal.SIGCONT)
     assert first.wait(timeout=600) == 0, first.stderr.read()
     assert sorted(row.length for row in read_results(out / "results.csv")[0]) == [1, 2]
 
-    again = run_module("harness.eval", *base, "--lengths", "3", cwd=tmp_path)  # the directory is free now
+    again = run_module("harness.eval", *base, "--lengths", "3")  # the directory is free now
     assert again.returncode == 0, again.stderr
     rows, damaged = read_results(out / "results.csv")
     assert sorted(row.length for row in rows) == [1, 2, 3] and not damaged, "every row once, none lost"
