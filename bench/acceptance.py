@@ -105,11 +105,23 @@ def fp8_figures(logs: Path, device: str) -> tuple[Figures, dict]:
     return figures, goals
 
 
+def sensitivity_figures(logs: Path, device: str) -> tuple[Figures, dict]:
+    results = _json(logs / "bench-sensitivity" / "results.json").get("sensitivity", {})
+    names = ("architecture", "problems", "groups", "configurations", "kernel", "build_s", "table_s")
+    figures = {name: results.get(name) for name in names}
+    figures |= {"configuration_s": results.get("configuration_s"), "table_whole": results.get("table_whole")}
+    goals = {"table_whole": ("==", True)}
+    if device != "cpu":  # the 8B table within 5 minutes: a search a user can wait for
+        goals |= {"table_s": ("<=", 300.0)}
+    return figures, goals
+
+
 STEPS: dict[str, Callable[[Path, str], tuple[Figures, dict]]] = {
     "awq": awq_figures,
     "tests": tests_figures,
     "decode": decode_figures,
     "fp8": fp8_figures,
+    "sensitivity": sensitivity_figures,
     "train": train_figures,
 }
 COMPARE = {"==": lambda a, b: a == b, ">=": lambda a, b: a >= b, "<=": lambda a, b: a <= b, "<": lambda a, b: a < b}

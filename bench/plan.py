@@ -1,7 +1,7 @@
 """The steps of scripts/gpu_acceptance.sh planned into the calls a lent GPU allows: at most 600 s a command, the
 machine's start included, 15 minutes of device time in all (../shared/notes/gpu.md).
 
-    python -m bench.plan --budget 560 awq decode tests fp8 train
+    python -m bench.plan --budget 560 awq decode tests fp8 sensitivity train
 
 Steps run in order of value. The AWQ kernel's build runs in the background, niced, from the call's start, beside the
 decode step; the tests step waits for it (it loads AWQ). Each step's limit is its time as measured on the last GPU
@@ -9,16 +9,17 @@ call, or estimated where it has not run there; a step whose limit does not fit w
 with its reason. Printed one step a line for the script (``run NAME LIMIT``, ``background NAME LIMIT``, ``wait NAME``,
 ``skip NAME REASON``); ``--calls`` prints instead the calls all the steps need, each with its command.
 
->>> for line in plan(["awq", "decode", "tests", "fp8", "train"], 560):
+>>> for line in plan(["awq", "decode", "tests", "fp8", "sensitivity", "train"], 560):
 ...     print(line)
 background awq 240
 run decode 190
 wait awq
 run tests 150
 run fp8 150
+skip sensitivity needs 150 s, 20 s left
 skip train needs 150 s, 20 s left
->>> calls(["awq", "decode", "tests", "fp8", "train"], 560)
-[['awq', 'decode', 'tests', 'fp8'], ['train']]
+>>> calls(["awq", "decode", "tests", "fp8", "sensitivity", "train"], 560)
+[['awq', 'decode', 'tests', 'fp8'], ['sensitivity', 'train']]
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ STEPS = {
     "decode": (190, "39 s compiling, then about 2 s a call, on the last call", False),
     "tests": (150, "estimated: the CUDA tests of the backend, AWQ, scratch and the bench", False),
     "fp8": (150, "estimated: never run on a GPU; building the 8B model, three compiles of about 39 s", False),
+    "sensitivity": (150, "estimated: never run on a GPU; two 8B models, 258 passes of 64 problems", False),
     "train": (150, "estimated: eight packs at 20-30 s of compiling each, written after every pack", False),
 }
 WAITS_FOR = {"tests": "awq"}  # the tests load AWQ checkpoints: the kernel built first

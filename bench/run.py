@@ -26,6 +26,8 @@ Writes DIR/results.json and DIR/results.md. Shared machines are noisy: every fig
            in-process llamacpp backend: prompts/s and the per-request overhead of HTTP (bench/api.py).
 7. rundir  the bytes written to finish a run directory at the paper grid's shape against its files' size, and the
            wall time, through the scripted backend (bench/rundir.py).
+8. sensitivity  harness.sensitivity's table (every layer group scored two ways) on a random model: the 8B
+           architecture with ``--device cuda``, the tiny one on a CPU; each phase timed (bench/sensitivity.py).
 """
 
 from __future__ import annotations
@@ -47,6 +49,7 @@ from bench.evaluation import ENGINES, bench_eval, eval_markdown, run_engine
 from bench.fp8 import bench_fp8, fp8_markdown
 from bench.rundir import bench_rundir, rundir_markdown
 from bench.scoring import bench_scoring, scoring_markdown
+from bench.sensitivity import bench_sensitivity, sensitivity_markdown
 from bench.train import bench_train, train_markdown
 from harness.core.bounds import BATCH_SIZE, REPEATS, THREADS, Bound
 from harness.core.cli import ArgParser, command_line, name_list, output_dir, run
@@ -298,6 +301,14 @@ PARTS = (
             args.batch_size,
         ),
         fp8_markdown,
+    ),
+    Part(
+        "sensitivity",
+        "sensitivity",
+        lambda args, work: bench_sensitivity(
+            "llama-3.1-8b" if args.device != "cpu" else "tiny", args.device, args.threads, args.problems
+        ),
+        sensitivity_markdown,
     ),
     Part("api", "api", lambda args, work: bench_api(args.repeats, args.threads), api_markdown),
     Part("rundir", "rundir", lambda args, work: bench_rundir(), rundir_markdown),

@@ -17,6 +17,8 @@
 #   tests    pytest -m gpu and the CUDA-touching tests of the backend, the AWQ kernels, scratch, the bench  (150 s)
 #   fp8      the 8B architecture at 256 rows, bf16 against its fp8-dynamic rounding on FP8 tensor cores
 #            (torch._scaled_mm), and those answers against compressed-tensors' emulation (issue 50)        (150 s)
+#   sensitivity  harness.sensitivity's table (every layer group scored two ways, one pass each) on the 8B
+#            architecture, random, bf16 against its fp8-dynamic rounding, 64 problems; each phase timed      (150 s)
 #   train    scratch's packed step, one shape per precision, alone and packed, over one data pool; written after
 #            every pack                                                                                     (150 s)
 #
@@ -44,7 +46,7 @@ python=${PYTHON:-python3}
 [ -x .venv/bin/python ] && [ "$device" = cpu ] && python=.venv/bin/python
 
 if [ "${1:-}" = all ]; then
-    set -- awq decode tests fp8 train
+    set -- awq decode tests fp8 sensitivity train
     echo "=== all the steps need these calls of ${budget} s:" | tee -a "$logs/steps.log"
     "$python" -m bench.plan --calls --budget "$budget" "$@" | tee -a "$logs/steps.log"
 fi
@@ -83,6 +85,10 @@ command_of() {  # a step's command
         echo "$python" -m bench.run --only "$section" --device "$device" --repeats 2 --batch-size "$rows" \
             --out "$logs/bench-decode" ;;
     fp8) echo "$python" -m bench.run --only fp8 --device "$device" --repeats 1 --batch-size "$rows" --out "$logs/bench-fp8" ;;
+    sensitivity)
+        local problems=64; [ "$device" = cpu ] && problems=8
+        echo "$python" -m bench.run --only sensitivity --device "$device" --problems "$problems" \
+            --out "$logs/bench-sensitivity" ;;
     train) echo "$python" -m bench.run --only train --device "$device" --quick --repeats 1 --out "$logs/bench-train" ;;
     esac
 }

@@ -1,8 +1,8 @@
 """scripts/gpu_acceptance.sh in its CPU mode: the steps the lent GPU runs (the AWQ kernel in the background beside the
-decode bench, the CUDA-touching tests, the fp8 bench; the training bench in a second call), at tiny shapes on this
-CPU, planned into a call's budget as on the GPU, so that a broken path, import or flag fails here and not on the
-GPU's one call. What the call brings back: results.json (every step's figures and goals, and the steps skipped with
-their reasons) and logs.tgz, two files of the eight a call may bring back."""
+decode bench, the CUDA-touching tests, the fp8 bench; the sensitivity table and the training bench in a second
+call), at tiny shapes on this CPU, planned into a call's budget as on the GPU, so that a broken path, import or flag
+fails here and not on the GPU's one call. What the call brings back: results.json (every step's figures and goals,
+and the steps skipped with their reasons) and logs.tgz, two files of the eight a call may bring back."""
 
 import json
 import os
@@ -30,11 +30,14 @@ def test_the_acceptance_call_plans_its_budget_and_brings_back_two_files(tmp_path
     result = acceptance(out, "--budget", "560", "all")
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert "call 1: bash scripts/gpu_acceptance.sh --budget 560 awq decode tests fp8" in result.stdout
-    assert "call 2: bash scripts/gpu_acceptance.sh --budget 560 train" in result.stdout
+    assert "call 2: bash scripts/gpu_acceptance.sh --budget 560 sensitivity train" in result.stdout
     assert sorted(p.name for p in out.iterdir()) == ["logs.tgz", "results.json"]
     results = json.loads((out / "results.json").read_text())
     assert results["device"] == "cpu" and sorted(results["steps"]) == ["awq", "decode", "fp8", "tests"]
-    assert results["skipped"] == {"train": "needs 150 s, 20 s left"}, "the step the budget cannot hold, and why"
+    assert results["skipped"] == {
+        "sensitivity": "needs 150 s, 20 s left",
+        "train": "needs 150 s, 20 s left",
+    }, "the steps the budget cannot hold, and why"
     for name, step in results["steps"].items():
         assert step["rc"] == 0 and not step["timed_out"], (name, step)
         assert all(verdict["met"] is not None for verdict in step["goals"].values()), (name, step["goals"])
@@ -79,3 +82,20 @@ def test_the_train_step_killed_midway_keeps_the_packs_it_measured(tmp_path):
     with tarfile.open(out / "logs.tgz") as logs:
         bench = json.loads(logs.extractfile("./bench-train/results.json").read())
     assert bench["train"]["partial"] and len(bench["train"]["rows"]) == 1
+
+
+def test_the_sensitivity_step_times_a_whole_table_of_the_random_model(tmp_path):
+    """The second call's first step: the table of every group of the tiny random Llama (2 blocks x 4 groups), bf16
+    against its fp8-dynamic rounding, each phase timed; the table whole, one row per configuration."""
+    out = tmp_path / "out"
+    result = acceptance(out, "sensitivity")
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    step = json.loads((out / "results.json").read_text())["steps"]["sensitivity"]
+    assert step["rc"] == 0 and not step["timed_out"], step
+    figures = step["figures"]
+    assert (figures["architecture"], figures["groups"], figures["configurations"]) == ("tiny", 8, 18), figures
+    assert figures["problems"] == 8 and figures["table_whole"] is True and step["goals"]["table_whole"]["met"]
+    assert figures["kernel"].startswith("torch._scaled_mm") and figures["table_s"] > 0 and figures["build_s"] > 0
+    with tarfile.open(out / "logs.tgz") as logs:
+        markdown = logs.extractfile("./bench-sensitivity/results.md").read().decode()
+    assert "## Sensitivity table: random tiny on cpu" in markdown and "| 18 |" in markdown

@@ -20,8 +20,11 @@ from dataclasses import dataclass
 
 import torch
 
+from harness.backends.fp8_linear import ScaledMMLinear
 from harness.core.errors import UserError
 
+# What a linear layer is here: torch's (compressed-tensors' layers are Linear too), and one put on FP8 tensor cores
+LINEAR = (torch.nn.Linear, ScaledMMLinear)
 KINDS = {  # a group kind: the projections it holds, fused as vLLM fuses them
     "qkv": ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"),
     "o": ("self_attn.o_proj",),
@@ -52,7 +55,7 @@ def _blocks(model: torch.nn.Module) -> torch.nn.ModuleList:
     for index, block in enumerate(blocks):
         for kind, members in KINDS.items():
             for member in members:
-                if not isinstance(block.get_submodule(member) if _has(block, member) else None, torch.nn.Linear):
+                if not isinstance(block.get_submodule(member) if _has(block, member) else None, LINEAR):
                     raise UserError(
                         f"block {index} of {type(model).__name__} has no linear {member} (for the {kind} group): its "
                         "layers are not the expected ones; harness.sensitivity groups Llama-like blocks"

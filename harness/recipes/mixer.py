@@ -15,11 +15,12 @@ from collections.abc import Iterable
 import torch
 
 from harness.core.errors import UserError
+from harness.recipes.groups import LINEAR
 
 
-def linear_layers(model: torch.nn.Module) -> dict[str, torch.nn.Linear]:
-    """Every linear layer of ``model`` by module name (compressed-tensors' layers are Linear too)."""
-    return {name: module for name, module in model.named_modules() if isinstance(module, torch.nn.Linear)}
+def linear_layers(model: torch.nn.Module) -> dict[str, torch.nn.Module]:
+    """Every linear layer of ``model`` by module name (groups.LINEAR says what one is)."""
+    return {name: module for name, module in model.named_modules() if isinstance(module, LINEAR)}
 
 
 def _decompressed(model: torch.nn.Module) -> None:

@@ -20,7 +20,7 @@ from tests.harness.helpers import ROOT, assert_user_error, command_env, free_por
 
 pytestmark = pytest.mark.xdist_group("vllm")  # one worker: one engine and one server at a time
 
-GRID = ["--model", "smollm2", "--precision", "fp32", "--tasks", "add,mul", "--lengths", "1,2", "--samples", "4"]
+GRID = ["--model", "smollm2", "--precision", "fp32", "--tasks", "add,mul", "--lengths", "1", "--samples", "4"]
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -41,7 +41,7 @@ def rows(out: Path) -> list[dict]:
 
 def differing(first: Path, second: Path) -> list[tuple[str, str]]:
     one, other = by_problem(first), by_problem(second)
-    assert one.keys() == other.keys() and len(one) == 16
+    assert one.keys() == other.keys() and len(one) == 8
     return [(one[key]["output"], other[key]["output"]) for key in one if not same_output(one[key], other[key])]
 
 
