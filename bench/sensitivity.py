@@ -7,8 +7,8 @@ architecture on the GPU (the tiny architecture on a CPU, as the suite runs it): 
 configurations. KEEP is the model in bfloat16; TARGET is the same weights rounded to fp8-dynamic by FP8_DYNAMIC's
 data-free recipe (harness/backends/fp8_linear.py: FP8 tensor cores on an H100 or H200), the one format this bench
 can build in memory for a model no checkpoint holds; the output head stays in bfloat16 at both, as that recipe
-keeps it, so it is no group. The weights are random, so the table's values
-say nothing of arithmetic: what is measured is the time of each phase and that the table is whole.
+keeps it, so it is no group. The weights are random, so the table's values say nothing of arithmetic: what is
+measured is the time of each phase and that the table is whole.
 """
 
 from __future__ import annotations
