@@ -243,7 +243,7 @@ def test_the_server_killed_mid_cell_and_started_again(clean_small, tmp_path):
             assert running.returncode == 2 and lines[-1].startswith("error: "), lines
             assert not [line for line in lines if "Traceback" in line]
             served.start()
-            again = run_module("harness.eval", *command[3:], *args)
+            again = run_module("harness.eval", "--out", str(out), *args)
             assert again.returncode == 0, again.stderr[-2000:]
             # none lost, none sent twice: only a problem cut between its request and its continuation is sent again
             requests = requests_per_problem(clean_small)
