@@ -116,6 +116,7 @@ def evaluate(spec: RunSpec, command: str, load=load_variant) -> RunDir | None:
                 backend = load(variant, spec)
                 backend.set_thinking(spec.thinking)
                 loaded_for = variant
+                record_loaded_layers(run_dir, variant, backend)
                 for repair in getattr(backend, "repairs", []):  # a served run's journal, checked as it loads
                     progress.write(f"repaired {out}: {repair}", file=sys.stderr)
             seeded = len(spec.all_seeds) > 1
@@ -154,6 +155,14 @@ def record_pacing(run_dir: RunDir | None, variant: Variant | None, backend) -> N
         return
     record = {"ceiling": pacing.ceiling, "settled": pacing.settled(), "trace": pacing.trace}
     run_dir.note(f"pacing {variant.label}", record)
+
+
+def record_loaded_layers(run_dir: RunDir | None, variant: Variant, backend) -> None:
+    """A mix's layers as its engine loaded them (layer -> the format or scheme the engine reports), checked against
+    the checkpoint as it loaded, kept in run.json as the evidence of what each layer ran in."""
+    layers = getattr(backend, "loaded_layers", None)
+    if run_dir is not None and layers:
+        run_dir.note(f"layers {variant.label}", dict(sorted(layers.items())))
 
 
 def report_to_trackers(names: Sequence[str], run_dir: RunDir) -> None:

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.harness.helpers import ROOT, command_env
+from tests.harness.helpers import ROOT, command_env, run_module
 from tests.needs import require
 
 pytestmark = [pytest.mark.slurm, pytest.mark.xdist_group("slurm")]
@@ -61,10 +61,11 @@ def cluster():
 
 
 def sweep(config: Path, out: Path, *extra: str, background: bool = False):
-    command = [sys.executable, "-m", "scratch.sweep", "--config", str(config), "--out", str(out), *extra]
+    args = ["--config", str(config), "--out", str(out), *extra]
     if background:
+        command = [sys.executable, "-m", "scratch.sweep", *args]
         return subprocess.Popen(command, cwd=ROOT, env=command_env(), stderr=subprocess.PIPE, text=True)
-    return subprocess.run(command, cwd=ROOT, env=command_env(), capture_output=True, text=True, timeout=600)
+    return run_module("scratch.sweep", *args, timeout=600)
 
 
 def results(out: Path) -> dict:
@@ -195,7 +196,7 @@ tiny: {hidden_size: 64, intermediate_size: 128, num_hidden_layers: 2, num_attent
 task: add
 method: lora
 seed: 0
-data: {seed: 0, scale: 0.01, max_samples: 240}
+data: {seed: 0, scale: 0.01, max_samples: 120}
 lora: {r: 8, alpha: 16, dropout: 0.0}
 train: {learning_rate: 2.0e-2, batch_size: 8, dtype: float32, max_length: 512, logging_steps: 1, save_steps: 5}
 """
@@ -238,14 +239,8 @@ def test_finetune_by_sbatch_cancelled_and_resubmitted_resumes(cluster, tmp_path)
     wait_for(second)
     summary = json.loads((out / "adapter" / "train_summary.json").read_text())
     second_log = (tmp_path / "second.log").read_text(errors="replace")  # a progress bar may be cut mid-character
-    assert summary["steps"] == 30 and summary["resumed_from"], second_log[-2000:]
-    local = subprocess.run(
-        [sys.executable, "-m", "finetune.train", "--config", str(config), "--out", str(tmp_path / "local")],
-        cwd=ROOT,
-        env=command_env(),
-        capture_output=True,
-        text=True,
-    )
+    assert summary["steps"] == 15 and summary["resumed_from"], second_log[-2000:]
+    local = run_module("finetune.train", "--config", str(config), "--out", str(tmp_path / "local"))
     assert local.returncode == 0, local.stderr[-2000:]
     ours, theirs = (load_file(str(d / "adapter" / "adapter_model.safetensors")) for d in (out, tmp_path / "local"))
     assert ours.keys() == theirs.keys()
@@ -262,8 +257,8 @@ def test_evaluation_as_srun_tasks_equals_one_process(cluster, tiny_llama, tmp_pa
     args = ["--tasks", "add", "--lengths", "1,2", "--samples", "4", "--batch-size", "2", "--precision", "fp32"]
     args += ["--model-path", str(tiny_llama)]
     python = [sys.executable, "-m", "harness.eval", *args]
-    one = subprocess.run([*python, "--out", str(tmp_path / "one")], cwd=ROOT, env=command_env(), capture_output=True)
-    assert one.returncode == 0
+    one = run_module("harness.eval", *args, "--out", str(tmp_path / "one"))
+    assert one.returncode == 0, one.stderr[-2000:]
     two = subprocess.run(
         ["srun", "-n", "2", "--cpus-per-task=1", *python, "--out", str(tmp_path / "srun")],
         cwd=ROOT,

@@ -84,8 +84,9 @@ class HFBackend(ChatBackend):
 
     def _setup(self, model, tokenizer, precision: PrecisionSpec, batch_size: int) -> None:
         self.model, self.tokenizer, self.precision, self.batch_size = model, tokenizer, precision, batch_size
-        if precision.layer_formats:
-            check_loaded(precision, loaded_formats(model), "transformers", lambda fmt: fmt)
+        self.loaded_layers = loaded_formats(model) if precision.layer_formats else None
+        if self.loaded_layers is not None:
+            check_loaded(precision, self.loaded_layers, "transformers", lambda fmt: fmt)
         self.device = model.device.type
         if precision.method == "cast" and self.device == "cpu":
             store_linear_weights_transposed(self.model)

@@ -232,6 +232,7 @@ class VLLMBackend(ChatBackend):
         self.engine = Engine(vllm_python(), engine_environment(batch_invariant, tensor_parallel_size == 1))
         self.info = self.engine.ask({"load": load, "lora": adapter})["ready"]
         self.device = self.info["device"]
+        self.loaded_layers = None  # a mix's layers as the engine loaded them, once checked: recorded in run.json
         if precision.layer_formats:
             self._check_mix(precision)
 
@@ -248,6 +249,7 @@ class VLLMBackend(ChatBackend):
             self.close()
             raise
         self.info["linear"] += f"; each of the mix's {len(precision.layer_formats)} layers loaded as declared"
+        self.loaded_layers = loaded
 
     @property
     def footprint_mb(self) -> float:

@@ -89,6 +89,8 @@ def test_transformers_runs_a_mix_and_its_rows_name_it(nvfp4_mix, tmp_path):
     assert row["mix"] == f"nvfp4, fp8-dynamic in 4 of 28 layers, {mix.bits:.2f} bits; lm_head unquantized"
     assert row["weight_dtype"] == "float4_e2m1+float8_e4m3fn" and "each layer in its own scheme" in row["kernel"]
     assert "scheme says (compiled by inductor" in row["kernel"], "NVFP4's per-group activations: the compiled path"
+    loaded = loaded_layers(tmp_path / "run", row)
+    assert {name for name, fmt in loaded.items() if fmt == "fp8-dynamic"} == set(KEPT), "kept as the recipe says"
 
 
 def test_a_precision_asked_of_a_mix_is_one_line(nvfp4_mix, tmp_path):
@@ -130,9 +132,9 @@ def test_a_mix_whose_architecture_cannot_be_built_is_one_line(nvfp4_mix, tmp_pat
 
 def test_vllm_runs_a_mix_it_has_kernels_for_and_checks_each_layer(fp8_mix, tmp_path):
     """FP8 with some layers left in bf16: vLLM's CPU engine loads each layer as the checkpoint declares (read from
-    its worker), and the same loaded layers are caught against a changed mix."""
+    its worker, kept in run.json), and the same loaded layers are caught against a changed mix."""
     require_vllm()
-    from harness.backends.vllm import VLLMBackend, loaded_as
+    from harness.backends.vllm import loaded_as
 
     checkpoint = read_checkpoint(fp8_mix)
     result = evaluate(fp8_mix, tmp_path / "run", "--backend", "vllm")
@@ -140,19 +142,22 @@ def test_vllm_runs_a_mix_it_has_kernels_for_and_checks_each_layer(fp8_mix, tmp_p
     (row,) = rows(tmp_path / "run")
     assert row["precision"] == checkpoint.mix.label and row["mix"].startswith("fp8-dynamic, unquantized in 4 of 28")
     assert "each of the mix's 29 layers loaded as declared" in row["kernel"], row["kernel"]
+    loaded = loaded_layers(tmp_path / "run", row)
+    assert loaded["model.layers.0.self_attn.k_proj"] == "UnquantizedLinearMethod"
+    assert loaded["model.layers.1.self_attn.k_proj"] == "CompressedTensorsW8A8Fp8"
     precision = mix_precision(get_model("smollm2"), checkpoint.mix, checkpoint.mix.label)
-    backend = VLLMBackend(str(fp8_mix), precision)
-    try:
-        loaded = backend.info["layers"]
-        assert loaded["model.layers.0.self_attn.k_proj"] == "UnquantizedLinearMethod"
-        assert loaded["model.layers.1.self_attn.k_proj"] == "CompressedTensorsW8A8Fp8"
-        formats = dict(precision.layer_formats)
-        formats["model.layers.1.mlp.up_proj"] = "unquantized"  # the mix another recipe would have made
-        changed = precision.model_copy(update={"layer_formats": tuple(formats.items())})
-        with pytest.raises(UserError, match=r"loaded 1 layer otherwise .*model\.layers\.1\.mlp\.up_proj"):
-            check_loaded(changed, loaded, "vLLM", loaded_as)
-    finally:
-        backend.close()
+    check_loaded(precision, loaded, "vLLM", loaded_as)
+    formats = dict(precision.layer_formats)
+    formats["model.layers.1.mlp.up_proj"] = "unquantized"  # the mix another recipe would have made
+    changed = precision.model_copy(update={"layer_formats": tuple(formats.items())})
+    with pytest.raises(UserError, match=r"loaded 1 layer otherwise .*model\.layers\.1\.mlp\.up_proj"):
+        check_loaded(changed, loaded, "vLLM", loaded_as)
+
+
+def loaded_layers(run: Path, row: dict) -> dict[str, str]:
+    """The layers the run's engine loaded, as run.json keeps them for the row's series."""
+    (invocation,) = json.loads((run / "run.json").read_text())["invocations"]
+    return invocation[f"layers {row['model']} {row['precision']}"]
 
 
 @pytest.mark.skipif(HAS_CUDA, reason="vLLM's CUDA build has NVFP4 kernels")
