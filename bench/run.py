@@ -28,6 +28,8 @@ Writes DIR/results.json and DIR/results.md. Shared machines are noisy: every fig
            wall time, through the scripted backend (bench/rundir.py).
 8. sensitivity  harness.sensitivity's table (every layer group scored two ways) on a random model: the 8B
            architecture with ``--device cuda``, the tiny one on a CPU; each phase timed (bench/sensitivity.py).
+9. emulation  the quick grid at bf16, nvfp4, mxfp4 and bf16 with an fp8 KV cache, a process a precision, each
+           format's time against bf16's (bench/emulation.py; CPU).
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ import harness  # noqa: F401  (thread settings before torch loads)
 from bench.api import api_markdown, bench_api
 from bench.common import log, median, quick_grid_problems
 from bench.decode import bench_cell, bench_decode, cell_markdown, decode_markdown
+from bench.emulation import bench_emulation, emulation_markdown
 from bench.evaluation import ENGINES, bench_eval, eval_markdown, run_engine
 from bench.fp8 import bench_fp8, fp8_markdown
 from bench.rundir import bench_rundir, rundir_markdown
@@ -252,6 +255,11 @@ def _decode(model: str, measure: Callable) -> Callable[[argparse.Namespace, Path
     return lambda args, work: measure(model, args.device, args.repeats, args.threads, args.batch_size)
 
 
+def _architecture(args: argparse.Namespace) -> str:
+    """The random model a part measures: the 8B architecture on a GPU, the tiny one on a CPU."""
+    return "llama-3.1-8b" if args.device != "cpu" else "tiny"
+
+
 PARTS = (
     Part(
         "eval",
@@ -293,24 +301,19 @@ PARTS = (
     Part(
         "fp8",
         "fp8",
-        lambda args, work: bench_fp8(
-            "llama-3.1-8b" if args.device == "cuda" else "tiny",
-            args.device,
-            args.repeats,
-            args.threads,
-            args.batch_size,
-        ),
+        lambda args, work: bench_fp8(_architecture(args), args.device, args.repeats, args.threads, args.batch_size),
         fp8_markdown,
     ),
     Part(
         "sensitivity",
         "sensitivity",
-        lambda args, work: bench_sensitivity(
-            "llama-3.1-8b" if args.device != "cpu" else "tiny", args.device, args.threads, args.problems
-        ),
+        lambda args, work: bench_sensitivity(_architecture(args), args.device, args.threads, args.problems),
         sensitivity_markdown,
     ),
     Part("api", "api", lambda args, work: bench_api(args.repeats, args.threads), api_markdown),
+    Part(
+        "emulation", "emulation", lambda args, work: bench_emulation(args.repeats, work), emulation_markdown, gpu=False
+    ),
     Part("rundir", "rundir", lambda args, work: bench_rundir(), rundir_markdown),
     Part("scoring", "scoring", lambda args, work: bench_scoring(args.repeats), scoring_markdown),
 )

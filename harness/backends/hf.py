@@ -45,7 +45,7 @@ from harness.backends.opaque import is_gptqmodel_kernel, make_opaque
 from harness.backends.sampling import gumbel_choice, warped_candidates
 from harness.backends.static_cache import BUCKET, FilledMask, bind_once
 from harness.core.errors import one_line
-from harness.models import PrecisionSpec
+from harness.models import PrecisionSpec, activation_qdq
 from harness.models.mix import check_loaded
 from harness.questions.answers import FIRST_LINE, AnswerMode, finishing_tokens
 
@@ -88,6 +88,8 @@ class HFBackend(ChatBackend):
         if self.loaded_layers is not None:
             check_loaded(precision, self.loaded_layers, "transformers", lambda fmt: fmt)
         self.device = model.device.type
+        if precision.method == "compressed":
+            activation_qdq.expect(model)  # a forward's values a row: a batch that pays for a compile compiles at once
         if precision.method == "cast" and self.device == "cpu":
             store_linear_weights_transposed(self.model)
         # FP8 tensor cores where the card has them; every other format (and FP8 elsewhere) runs emulated

@@ -98,6 +98,7 @@ def test_a_models_layers_run_the_compiled_path_and_other_shapes_do_not_compile_a
 def test_a_run_compiles_only_once_its_eager_work_would_pay_for_it(monkeypatch):
     """Below the threshold the library's eager path runs and the values are counted; past it, the compiled one."""
     monkeypatch.setitem(activation_qdq._state, "eager", 0)
+    monkeypatch.setitem(activation_qdq._state, "per_row", 0)  # no model said what a forward brings
     activation_qdq.install(compile_after=2 * 8 * WIDTH)
     args, layer = preset_name_to_scheme("MXFP4", ["Linear"]).input_activations, Layer()  # args of its own
     for calls in (1, 2):
@@ -105,6 +106,60 @@ def test_a_run_compiles_only_once_its_eager_work_would_pay_for_it(monkeypatch):
         assert activation_qdq._state["eager"] == calls * 8 * WIDTH and (id(args), False) not in activation_qdq._seen
     forward.forward_quantize(layer, activations(8, 3), "input", args)
     assert (id(args), False) in activation_qdq._seen and activation_qdq._state["eager"] == 2 * 8 * WIDTH
+
+
+def input_quantized(layers: int, preset: str) -> torch.nn.Module:
+    """``layers`` bfloat16 linear layers whose inputs (only) ``preset`` quantizes, each with args of its own."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(*(torch.nn.Linear(WIDTH, WIDTH, bias=False) for _ in range(layers)))
+    inputs_only = QuantizationScheme(
+        targets=["Linear"], input_activations=preset_name_to_scheme(preset, ["Linear"]).input_activations
+    )
+    apply_quantization_config(model.to(torch.bfloat16), QuantizationConfig(config_groups={"group_0": inputs_only}))
+    return model
+
+
+def test_a_forward_that_brings_a_compiles_worth_compiles_at_its_first_layer(monkeypatch):
+    """expect(model): the values a forward quantizes a row; rows that bring the threshold's worth compile at once."""
+    model = input_quantized(2, "MXFP4")
+    monkeypatch.setitem(activation_qdq._state, "eager", 0)
+    activation_qdq.expect(model)
+    assert activation_qdq._state["per_row"] == 2 * WIDTH
+    activation_qdq.install(compile_after=10 * WIDTH)
+    args = model[0].quantization_scheme.input_activations
+    with torch.inference_mode():
+        model[0](activations(4, 0))  # 4 rows bring 8 widths: eager, counted
+        assert activation_qdq._state["eager"] == 4 * WIDTH and (id(args), False) not in activation_qdq._seen
+        model[0](activations(8, 1))  # 8 rows bring 16: past the threshold before any of it is quantized
+        assert (id(args), False) in activation_qdq._seen and activation_qdq._state["eager"] == 10 * WIDTH
+
+
+@pytest.mark.parametrize("compile_after", [0, 10**12], ids=["compiled", "eager"])
+def test_layers_given_one_input_quantize_it_once_and_a_changed_one_again(monkeypatch, compile_after):
+    """q, k and v (gate and up) take one tensor: it is quantized once and the three get the same bits as the
+    library's; the tensor changed in place (inference tensors keep no version) is quantized again."""
+    model = input_quantized(3, "NVFP4")
+    for layer in model:
+        layer.input_global_scale.data.fill_(448.0 * 6.0 / 37.5)  # each layer's own, equal (as fused layers' are)
+    monkeypatch.setitem(activation_qdq._state, "eager", 0)
+    monkeypatch.setitem(activation_qdq._state, "per_row", 0)
+    activation_qdq.install(compile_after=compile_after)
+    library, reference = activation_qdq.library_forward_quantize(), Layer()
+    reference.input_global_scale = model[0].input_global_scale
+    args = model[0].quantization_scheme.input_activations
+    quantized = []
+    original = activation_qdq.quantize_dequantize
+    monkeypatch.setattr(activation_qdq, "quantize_dequantize", lambda *a: quantized.append(1) or original(*a))
+    with torch.inference_mode():
+        value = activations(8, 0)
+        for round_ in (1, 2):
+            outputs = [layer(value) for layer in model]
+            expected = library(reference, value, "input", args)
+            for layer, output in zip(model, outputs, strict=True):
+                assert same_bits(output, torch.nn.functional.linear(expected, layer.weight))
+            work = len(quantized) if compile_after == 0 else activation_qdq._state["eager"] // (8 * WIDTH)
+            assert work == round_, "once for the three layers"
+            value.mul_(3)  # the same tensor, changed in place
 
 
 def test_weights_other_devices_per_token_and_static_scales_keep_the_library_path():
