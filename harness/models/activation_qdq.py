@@ -48,7 +48,7 @@ _state: dict = {
     "eager": 0,
     "per_row": 0,  # values a forward quantizes a row (expect())
 }
-_last: list = []  # the last input quantized (tensor, version, args, global scale) and its result
+_last: list = []  # the last input quantized (tensor, a copy of it, args, global scale) and its result
 
 
 def _quantize_dequantize(
@@ -132,7 +132,8 @@ def install(compile_after: int | None = None) -> None:
         if not applies(value, base_name, args):
             return library(module, value, base_name, args)
         global_scale = getattr(module, f"{base_name}_global_scale", None)
-        if _last and _same_input(_last[0], value, args, global_scale):
+        reusable = not value.requires_grad  # a result shared by layers must not join two autograd graphs
+        if reusable and _last and _same_input(_last[0], value, args, global_scale):
             return _last[1]  # q, k and v (gate and up) quantize the same input in the same format
         result = None
         if _earned(value):
@@ -146,7 +147,7 @@ def install(compile_after: int | None = None) -> None:
                 )
         if result is None:
             result = library(module, value, base_name, args)
-        _last[:] = [(value, value.clone(), args, global_scale), result]
+        _last[:] = [(value, value.clone(), args, global_scale), result] if reusable else []
         return result
 
     forward.forward_quantize = forward_quantize

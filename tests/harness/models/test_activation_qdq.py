@@ -162,6 +162,18 @@ def test_layers_given_one_input_quantize_it_once_and_a_changed_one_again(monkeyp
             value.mul_(3)  # the same tensor, changed in place
 
 
+def test_an_input_that_requires_grad_is_quantized_by_each_layer(monkeypatch):
+    """A result shared by two layers would join their autograd graphs: with gradients, each layer quantizes."""
+    model = input_quantized(2, "MXFP4")
+    monkeypatch.setitem(activation_qdq._state, "eager", 0)
+    monkeypatch.setitem(activation_qdq._state, "per_row", 0)
+    activation_qdq.install(compile_after=10**12)
+    value = activations(8, 0).requires_grad_()
+    for layer in model:
+        layer(value)
+    assert activation_qdq._state["eager"] == 2 * 8 * WIDTH
+
+
 def test_weights_other_devices_per_token_and_static_scales_keep_the_library_path():
     args = preset_name_to_scheme("NVFP4", ["Linear"]).input_activations
     value = activations(4, 0)
