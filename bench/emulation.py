@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 
 from bench.common import log, median
+from harness.core.cli import ArgParser, run
 
 PRECISIONS = ("bf16", "nvfp4", "mxfp4", "bf16+kv-fp8")
 GOALS = {"nvfp4": 1.5, "mxfp4": 1.5, "bf16+kv-fp8": 1.1}  # issue 54: at most this many times bf16's time
@@ -71,16 +72,25 @@ def emulation_markdown(result: dict) -> list[str]:
 
 def one_pass(precision: str, out: str) -> float:
     """One evaluation of the quick grid at ``precision``, timed from its start (the imports done)."""
-    from harness.core.cli import run
-    from harness.eval import main
+    from harness.eval import main as evaluate
 
     started = time.perf_counter()
     try:
-        run(main, ["--config", "quick", "--model", "smollm2-arith", "--precision", precision, "--out", out])
+        run(evaluate, ["--config", "quick", "--model", "smollm2-arith", "--precision", precision, "--out", out])
     except SystemExit as status:
         if status.code not in (0, None):
             raise
     return time.perf_counter() - started
+
+
+def main(argv: list[str] | None = None) -> int:
+    """One pass, as bench_emulation starts it: the time on stdout as JSON, after harness.eval's own output."""
+    parser = ArgParser(prog="python -m bench.emulation", description="one timed evaluation of the quick grid")
+    parser.add_argument("precision", help="a precision of smollm2-arith (bf16, nvfp4, ...)")
+    parser.add_argument("out", help="the run directory harness.eval writes")
+    args = parser.parse_args(argv)
+    print(json.dumps({"seconds": one_pass(args.precision, args.out)}))
+    return 0
 
 
 if __name__ == "__main__":
@@ -92,4 +102,4 @@ if __name__ == "__main__":
     import harness.eval  # noqa: F401
     import harness.reports.summary  # noqa: F401
 
-    print(json.dumps({"seconds": one_pass(sys.argv[1], sys.argv[2])}))
+    run(main)
