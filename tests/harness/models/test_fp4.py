@@ -8,12 +8,13 @@ import doctest
 
 import pytest
 import torch
-from compressed_tensors.compressors.nvfp4.helpers import pack_fp4_to_uint8
+from compressed_tensors.compressors.nvfp4 import base
+from compressed_tensors.compressors.nvfp4.helpers import pack_fp4_to_uint8, unpack_fp4_from_uint8
 from compressed_tensors.quantization.utils.fp4_utils import cast_to_fp4
 from compressed_tensors.utils.impl_backend import ImplBackend
 
 from harness.models import formats, fp4
-from harness.models.fp4 import cast_to_fp4_cpu, pack_fp4_to_uint8_cpu
+from harness.models.fp4 import cast_to_fp4_cpu, pack_fp4_to_uint8_cpu, unpack_fp4_from_uint8_cpu
 
 
 def every_bfloat16() -> torch.Tensor:
@@ -69,6 +70,7 @@ def test_registered_entry_points_run_the_one_pass_versions_on_cpu(monkeypatch):
     monkeypatch.setattr(ImplBackend, "_backends", backends)
     monkeypatch.setattr(ImplBackend, "_fn_registry", registry)
     monkeypatch.setattr(fp4, "_registered", False)
+    monkeypatch.setattr(base, "unpack_fp4_from_uint8", unpack_fp4_from_uint8)
     fp4.register()
     fp4.register()
     values = torch.randn(8, 32) * 4
@@ -79,6 +81,23 @@ def test_registered_entry_points_run_the_one_pass_versions_on_cpu(monkeypatch):
         assert function not in [fn for fn, requirement, _ in ImplBackend._backends[name] if requirement(meta)]
     assert same_bits(cast_to_fp4(values.clone()), ImplBackend.call("cast_to_fp4", values.clone()))
     assert torch.equal(pack_fp4_to_uint8(cast_to_fp4(values.clone())), pack_fp4_to_uint8_cpu(cast_to_fp4_cpu(values)))
+
+    packed = pack_fp4_to_uint8_cpu(cast_to_fp4_cpu(values))
+    assert base.unpack_fp4_from_uint8 is not unpack_fp4_from_uint8  # the compressor's decompress looks it up here
+    assert same_bits(base.unpack_fp4_from_uint8(packed, 8, 32), unpack_fp4_from_uint8(packed, 8, 32))
+    assert same_bits(base.unpack_fp4_from_uint8(packed, 8, 32), unpack_fp4_from_uint8_cpu(packed, 8, 32))
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32, torch.float16])
+def test_unpacking_equals_the_library_on_every_byte(dtype):
+    """Every byte in every position of a row, the sign of zero included (the -0.0 of a sign bit over code 0)."""
+    every_byte = torch.arange(256, dtype=torch.int32).to(torch.uint8)
+    packed = torch.stack([every_byte, every_byte.flip(0)])  # 2 rows of 256 bytes: 512 values a row
+    ours, library = unpack_fp4_from_uint8_cpu(packed, 2, 512, dtype), unpack_fp4_from_uint8(packed, 2, 512, dtype)
+    integer = {torch.bfloat16: torch.int16, torch.float16: torch.int16, torch.float32: torch.int32}[dtype]
+    assert ours.dtype == library.dtype == dtype
+    assert torch.equal(ours.view(integer), library.view(integer))
+    assert torch.signbit(ours).sum() == ours.numel() // 2  # the sign bit of half the nibbles, -0.0 among them
 
 
 @pytest.mark.parametrize("module", [fp4, formats], ids=lambda module: module.__name__)
