@@ -23,6 +23,7 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
+from harness.core import vec_isa
 from harness.core.errors import one_line
 from scratch.model import GPT, GPTConfig, apply_rotary
 from scratch.numerics import autocast, training_dtype
@@ -130,6 +131,7 @@ class Pack:
                 for parameter in self.params.values():
                     torch._dynamo.mark_static_address(parameter)
             mode = "reduce-overhead" if device.type == "cuda" else "default"
+            vec_isa.remember()  # inductor's check of the CPU's vector instructions, once a machine
             self.losses = torch.compile(self._losses, mode=mode, dynamic=False)
 
     def _losses(self, tokens: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:

@@ -147,7 +147,7 @@ def test_layers_given_one_input_quantize_it_once_and_a_changed_one_again(monkeyp
     library, reference = activation_qdq.library_forward_quantize(), Layer()
     reference.input_global_scale = model[0].input_global_scale
     args = model[0].quantization_scheme.input_activations
-    quantized = []
+    quantized, copies = [], count_copies(monkeypatch)
     original = activation_qdq.quantize_dequantize
     monkeypatch.setattr(activation_qdq, "quantize_dequantize", lambda *a: quantized.append(1) or original(*a))
     with torch.inference_mode():
@@ -159,7 +159,35 @@ def test_layers_given_one_input_quantize_it_once_and_a_changed_one_again(monkeyp
                 assert same_bits(output, torch.nn.functional.linear(expected, layer.weight))
             work = len(quantized) if compile_after == 0 else activation_qdq._state["eager"] // (8 * WIDTH)
             assert work == round_, "once for the three layers"
+            assert len(copies) == round_  # the first layer's input, copied to be compared
             value.mul_(3)  # the same tensor, changed in place
+
+
+def count_copies(monkeypatch) -> list:
+    copies = []
+    original = activation_qdq._snapshot
+    monkeypatch.setattr(activation_qdq, "_snapshot", lambda value: copies.append(1) or original(value))
+    return copies
+
+
+@pytest.mark.parametrize("mode", [torch.inference_mode, torch.no_grad], ids=["inference", "no_grad"])
+def test_layers_whose_input_goes_to_no_other_keep_no_copy_after_the_first_forward(monkeypatch, mode):
+    """In a chain (o_proj, down_proj: each layer's input its own) a copy of the input is made at each layer's first
+    call only; once the next layer is seen to take another input, none; every output still the library's bits."""
+    model = input_quantized(3, "MXFP4")
+    monkeypatch.setitem(activation_qdq._state, "per_row", 0)
+    library, reference = activation_qdq.library_forward_quantize(), Layer()
+    copies = count_copies(monkeypatch)
+    with mode():
+        for forward_ in (1, 2, 3):
+            value = activations(8, forward_)
+            for layer in model:
+                expected = torch.nn.functional.linear(
+                    library(reference, value, "input", layer.quantization_scheme.input_activations), layer.weight
+                )
+                value = layer(value)
+                assert same_bits(value, expected)
+            assert len(copies) == 3, f"forward {forward_}: copies at the first forward only"
 
 
 def test_an_input_that_requires_grad_is_quantized_by_each_layer(monkeypatch):
