@@ -1,3 +1,4 @@
+import gc
 import os
 import shutil
 
@@ -6,6 +7,9 @@ import pytest
 from tests.needs import require
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+# The suite's processes hold torch, transformers and models as long as they live, as a command's does: they collect
+# garbage as seldom as a command does (harness/core/startup.py).
+gc.set_threshold(50_000, *gc.get_threshold()[1:])
 if os.environ.get("PYTEST_XDIST_WORKER"):
     # Each of the suite's workers (pytest-xdist, one per core) and the commands it starts compute on one thread:
     # two workers of two threads each on two cores would spend their time switching.

@@ -40,6 +40,16 @@ def test_a_forked_command_is_what_a_fresh_one_is(warm):
         assert forked.args == fresh.args
 
 
+def test_a_forked_command_starts_with_a_fresh_ones_settings(warm):
+    """What a command's own import of harness sets (the garbage collector's threshold among it), the warm
+    interpreter's import having been no command's."""
+    fresh = run_module("harness.core.startup", fresh=True)
+    forked = warm.run("harness.core.startup", [], timeout=60)
+    assert forked.returncode == fresh.returncode == 0, forked.stderr + fresh.stderr
+    assert json.loads(forked.stdout) == json.loads(fresh.stdout)
+    assert json.loads(forked.stdout)["gc_threshold"][0] == 50_000
+
+
 def test_a_signal_and_a_timeout_are_reported_as_subprocess_reports_them(warm):
     assert warm.run("tests.warm_probe", ["kill"], timeout=60).returncode == -15
     assert run_module("tests.warm_probe", "kill", fresh=True).returncode == -15

@@ -38,6 +38,8 @@ import threading
 import time
 from pathlib import Path
 
+from harness.core import startup
+
 # What numprec's commands import before they do anything (harness first: its startup quiets the libraries as a
 # command's own import of it does), and what harness.eval, the suite's most frequent command, imports on its way
 # (plots and statistics: about 1 s a command). Never a command's own module: runpy warns when the module it runs
@@ -70,6 +72,7 @@ def _command(request: dict, fds: list[int]) -> None:
     os.chdir(request["cwd"])
     os.environ.update(request["env"])  # the same but for what only changes between tests (see ``_PER_TEST``)
     sys.argv = [request["module"], *request["args"]]
+    startup.start_a_command()  # what a command's own import of harness sets (a warm import was not a command's)
     runpy.run_module(request["module"], run_name="__main__", alter_sys=True)
     raise SystemExit(0)
 
