@@ -13,12 +13,13 @@ with the eager library bit for bit.
 
 ``install()`` puts the compiled path where compressed-tensors' layer forward looks its quantizer up
 (``compressed_tensors.quantization.lifecycle.forward.forward_quantize``); weights, static scales, per-token formats
-and other devices keep the library's own path. A format compiles once a process (about 2.5 s with inductor's on-disk
-cache warm, 5 s cold), for every input width and row count: groups are taken as rows of one group each; it compiles
-once the eager values and those the current forward brings (``expect``) pay for it. Layers that take one input (q, k
-and v; gate and up) quantize it once: the next layer given the same tensor, its bits unchanged, in equal args, gets
-the same result (a copy of the input is kept only after layers whose next layer took their input before: not after
-o_proj and down_proj). A machine where compiling fails keeps the eager path and says so once.
+and other devices keep the library's own path. A format compiles once a process (about 1.5 s with inductor's
+on-disk cache warm and its vector-ISA check remembered by harness/core/vec_isa.py, 5 s cold), for every input width
+and row count: groups are taken as rows of one group each; it compiles once the eager values and those the current
+forward brings (``expect``) pay for it. Layers that take one input (q, k and v; gate and up) quantize it once: the
+next layer given the same tensor, its bits unchanged, in equal args, gets the same result (a copy of the input is
+kept only after layers whose next layer took their input before: not after o_proj and down_proj). A machine where
+compiling fails keeps the eager path and says so once.
 """
 
 from __future__ import annotations
