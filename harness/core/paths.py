@@ -112,3 +112,9 @@ def _why(path: Path, err: OSError) -> str:
     if err.errno == errno.ENAMETOOLONG:
         return "is too long for the file system"
     return f"cannot be looked at ({_short(path)}: {err.strerror})"
+
+
+def cache_root() -> Path:
+    """numprec's cache: NUMPREC_CACHE, else ~/.cache/numprec (read at each call, so a process can point it
+    elsewhere)."""
+    return Path(os.environ.get("NUMPREC_CACHE", Path.home() / ".cache" / "numprec"))

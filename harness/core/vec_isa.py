@@ -23,12 +23,10 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+from harness.core.paths import cache_root
+
 probes_started = 0  # loads checked by a process of their own in this process (the others were remembered)
 _installed = False
-
-
-def _cache() -> Path:
-    return Path(os.environ.get("NUMPREC_CACHE", Path.home() / ".cache" / "numprec")) / "vec-isa"
 
 
 def _cpu_flags() -> str:
@@ -53,7 +51,7 @@ def _marker(library: str) -> Path:
         platform.node(),
         _cpu_flags(),
     ]
-    return _cache() / hashlib.sha256("\n".join(facts).encode()).hexdigest()
+    return cache_root() / "vec-isa" / hashlib.sha256("\n".join(facts).encode()).hexdigest()
 
 
 def _remembered(probe: Callable[[object, str], bool]) -> Callable[[object, str], bool]:

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from harness.core.errors import UserError, one_line
 from harness.core.files import follow_umask, read_json
+from harness.core.paths import cache_root
 from harness.models import ModelSpec, PrecisionSpec, get_model
 from harness.models.checkpoints import check_quantized_checkpoint, check_unquantized, quantization_config, quantize_flag
 from harness.models.gguf import GGUF_VERSION, check_gguf_type, gguf_variant
@@ -34,10 +35,6 @@ def check_hardware(model: ModelSpec, precision: PrecisionSpec) -> None:
             f"{model.name} at {precision.name} needs a CUDA GPU and this machine has none; "
             "run it on a GPU node, or use --model smollm2 here"
         )
-
-
-def cache_root() -> Path:
-    return Path(os.environ.get("NUMPREC_CACHE", Path.home() / ".cache" / "numprec"))
 
 
 def check_weights(model: ModelSpec, model_path: str | None = None, precision: PrecisionSpec | None = None) -> None:
