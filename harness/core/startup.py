@@ -23,15 +23,15 @@ import signal
 import sys
 import threading
 
+from harness.core.paths import cache_root
 from harness.core.quiet import silence_libraries
 
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 # Compiled graphs and kernels kept beside numprec's other caches, so that a second process finds what the first
 # compiled (inductor's FX graph cache and Triton's kernels; harness/backends/hf.py announces a first compile)
-_CACHE = os.environ.get("NUMPREC_CACHE", os.path.join(os.path.expanduser("~"), ".cache", "numprec"))
-os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", os.path.join(_CACHE, "inductor"))
-os.environ.setdefault("TRITON_CACHE_DIR", os.path.join(_CACHE, "triton"))
+os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(cache_root() / "inductor"))
+os.environ.setdefault("TRITON_CACHE_DIR", str(cache_root() / "triton"))
 silence_libraries()
 
 
