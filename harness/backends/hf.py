@@ -185,8 +185,9 @@ class HFBackend(ChatBackend):
         key = tuple(prefix)
         if key not in self._prefixes:
             cache = kv_cache.written_as_fp8(DynamicCache(config=self.model.config), self.model)
-            with torch.inference_mode():
-                self.model(torch.tensor([prefix], device=self.device), past_key_values=cache, use_cache=True)
+            with torch.inference_mode():  # keys and values: the head at one position, not all ~200
+                ids = torch.tensor([prefix], device=self.device)
+                self.model(ids, past_key_values=cache, use_cache=True, logits_to_keep=1)
             self._prefixes[key] = [(layer.keys, layer.values) for layer in cache.layers]
             if self.graphs:
                 bind_once(self._prefixes[key])

@@ -79,7 +79,8 @@ def score(model: torch.nn.Module, batch: TeacherBatch, pad_id: int, rows_at_once
         prefix_kv = None
         if batch.prefix:
             cache = DynamicCache(config=model.config)
-            model(torch.tensor([batch.prefix], device=device), past_key_values=cache, use_cache=True)
+            # the decoder alone: the prefix's keys and values, no head over its positions
+            model.model(torch.tensor([batch.prefix], device=device), past_key_values=cache, use_cache=True)
             prefix_kv = [(layer.keys, layer.values) for layer in cache.layers]
         parts = [
             _score_rows(model, batch, range(start, min(start + rows_at_once, len(batch.rows))), prefix_kv, pad_id)

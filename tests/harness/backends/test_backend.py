@@ -47,6 +47,25 @@ def test_prefix_cache_matches_plain_generation(smollm2_fp32):
         assert text == generation.text
 
 
+def test_the_head_runs_at_one_position_a_row_never_over_the_prefix(smollm2_fp32):
+    """The shared prefix (196 tokens of add's prompt) is run for its keys and values only: every call of the output
+    head, the prefix's included, sees one position a row (an 8B model's 128k-token head over 196 positions would be
+    200 GFLOP and 50 MB of bf16 logits thrown away)."""
+    backend = smollm2_fp32
+    _, prompts = prompts_for(backend, Task("add"), 1, 3, seed=4)
+    seen = []
+    hook = backend.model.get_output_embeddings().register_forward_hook(
+        lambda module, args, output: seen.append(tuple(args[0].shape))
+    )
+    backend._prefixes.clear()  # the prefix computed again here, not taken from an earlier test's run
+    try:
+        backend.generate(prompts, 4, GREEDY)
+    finally:
+        hook.remove()
+    assert seen and seen[0] == (1, 1, backend.model.config.hidden_size), "the prefix's run: one position"
+    assert all(shape[1] == 1 for shape in seen), seen
+
+
 def test_greedy_answers_do_not_depend_on_batch_size(smollm2_fp32):
     backend = smollm2_fp32
     _, prompts = prompts_for(backend, Task("add"), 3, 8, seed=2)
