@@ -30,7 +30,13 @@ def test_teacher_forcing_exact_match_is_what_greedy_decoding_writes(arith_bf16):
         for length in (3, 6)
         for problem in heldout_problems(parse_task("add"), 10, length, 10, 0, HELD_OUT_COUNT, "calibration")[0]
     ]
-    scores = score(backend.model, teacher_batch(backend.tokenizer, backend.chat_prompt, problems), backend.pad_id)
+    heads = []  # the shapes the output head is given: the gold positions' states only, never the prefix's
+    hook = backend.model.lm_head.register_forward_hook(lambda module, args, output: heads.append(args[0].dim()))
+    try:
+        scores = score(backend.model, teacher_batch(backend.tokenizer, backend.chat_prompt, problems), backend.pad_id)
+    finally:
+        hook.remove()
+    assert heads and set(heads) == {2}, "the head ran over the prefix's positions"
     prompts = [backend.chat_prompt(user_message(problem)) for _, problem in problems]
     rows, budget = len(prompts), 32
     shared = backend.prepare(prompts, [budget] * rows)
