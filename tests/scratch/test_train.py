@@ -24,12 +24,13 @@ LEARNS = RunConfig(
     n_embd=128,
     n_head=4,
     steps=600,
-    # Batch 64 stalled on plateaus depending on the trajectory (seed 0 ended at 0.852 here and on another
-    # machine); at batch 128 seeds 0, 3, 4 and 5 all reached >= 0.994, so other CPUs' rounding has room.
+    # A run either learns (0.99-1.0 by step 500) or stalls on a plateau, by its trajectory, which a CPU's rounding
+    # changes: at batch 128, seeds 0, 3, 4 and 5 reached >= 0.994 on an AVX-512 CPU; on an AVX2 one (Zen 3) seeds
+    # 1-5 reached 1.0 and seed 0 stalled at 0.17 (batch 64 had stalled at seed 0 before). Seed 5 learns on both.
     batch_size=128,
     lr=1e-3,
     warmup_steps=50,
-    seed=0,
+    seed=5,
     test_size=500,
     eval_every=300,
     eval_formats=["e8m23", "e8m7", "e2m1"],
