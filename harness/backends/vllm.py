@@ -28,6 +28,7 @@ from pathlib import Path
 
 from harness.backends import ChatBackend, Generation, LoadRequest, Sampling
 from harness.core.errors import UserError
+from harness.core.machine import cpu_flags
 from harness.core.quiet import verbose
 from harness.models import PrecisionSpec, precision_registry
 from harness.models.mix import UNQUANTIZED, check_loaded
@@ -160,18 +161,26 @@ def server_command(weights: str, name: str, precision: PrecisionSpec, host: str,
 
 
 def check_vllm_kernels(precision: PrecisionSpec) -> None:
-    """A format vLLM's CPU build has no kernel for (precisions.yaml's vllm_cpu), said before any work on a machine
-    without CUDA: the precision's, or any of a mix's."""
+    """A format vLLM's CPU build has no kernel for (precisions.yaml's vllm_cpu), or none for this CPU (its
+    vllm_cpu_needs), said before any work on a machine without CUDA: the precision's, or any of a mix's."""
     if has_cuda():
         return
     registry = precision_registry()
     formats = {fmt for _, fmt in precision.layer_formats if fmt != UNQUANTIZED} or {precision.weights_name}
+    within = f" (in {precision.name})" if precision.layer_formats else ""
     missing = sorted(fmt for fmt in formats if fmt in registry and not registry[fmt].vllm_cpu)
     if missing:
-        within = f" (in {precision.name})" if precision.layer_formats else ""
         raise UserError(
             f"vLLM's CPU build has no {', '.join(missing)} kernel{within}: run it with --backend hf here, or with "
             "--backend vllm on a CUDA GPU"
+        )
+    flags = set(cpu_flags())
+    needs = sorted({flag for fmt in formats if fmt in registry for flag in registry[fmt].vllm_cpu_needs} - flags)
+    if needs:
+        unrunnable = sorted(fmt for fmt in formats if fmt in registry and set(registry[fmt].vllm_cpu_needs) - flags)
+        raise UserError(
+            f"vLLM's CPU kernel for {', '.join(unrunnable)}{within} needs {', '.join(needs)}, which this CPU lacks: "
+            "run it with --backend hf here, or with --backend vllm on an AVX-512 CPU or a CUDA GPU"
         )
 
 

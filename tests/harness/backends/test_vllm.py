@@ -5,6 +5,7 @@ behind the api backend against the in-process engine. Requests go to 127.0.0.1 o
 from __future__ import annotations
 
 import csv
+import platform
 import signal
 import subprocess
 import sys
@@ -12,8 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from harness.backends.vllm import PYTHON_OVERRIDE
+from harness.backends.vllm import PYTHON_OVERRIDE, vllm_python
 from harness.diff import by_problem, same_output
+from harness.models import precision_registry
 from harness.serve import wait_until_serving
 from tests.console import foreign_lines
 from tests.harness.helpers import ROOT, assert_user_error, command_env, free_port, require_vllm, run_module
@@ -122,3 +124,21 @@ def test_a_python_without_vllm_is_one_line(tmp_path):
 def test_a_precision_vllm_cannot_run_is_one_line(tmp_path):
     result = run_module("harness.serve", "--engine", "vllm", "--precision", "nf4", "--port", str(free_port()))
     assert_user_error(result, "vllm engine", "nf4")
+
+
+@pytest.mark.skipif(platform.machine() != "x86_64", reason="vLLM's AVX2 and AVX-512 libraries are x86's")
+def test_the_cpu_kernels_a_format_needs_are_where_the_registry_says():
+    """precisions.yaml's vllm_cpu_needs, checked against vLLM's own libraries: its AVX2 one (what vLLM loads on an x86
+    CPU without AVX-512) lacks the int4 weight-only kernel gptq-w4 and awq-w4 need, and has the W8A8 matmuls."""
+    registry = precision_registry()
+    avx512 = ("avx512f", "avx512bw", "avx512vl")
+    assert registry["gptq-w4"].vllm_cpu_needs == registry["awq-w4"].vllm_cpu_needs == avx512
+    probe = (
+        "import importlib.util, pathlib, torch\n"
+        "folder = pathlib.Path(importlib.util.find_spec('vllm').origin).parent\n"
+        "torch.ops.load_library(str(folder / '_C_AVX2.abi3.so'))\n"
+        "print(hasattr(torch.ops._C, 'cpu_gemm_wna16'), hasattr(torch.ops._C, 'onednn_scaled_mm'))\n"
+    )
+    result = subprocess.run([vllm_python(), "-c", probe], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.split() == ["False", "True"]
