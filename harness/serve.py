@@ -192,7 +192,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "then depend on the request before it)",
     )
     args = parser.parse_args(argv)
-    from harness.backends.vllm import CHECKPOINT_METHODS
+    from harness.backends.vllm import CHECKPOINT_METHODS, check_vllm_kernels
     from harness.models import get_model, get_precision
     from harness.models.weights import variant_weights
 
@@ -203,6 +203,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.engine == "vllm":
         if precision.method not in CHECKPOINT_METHODS:  # before any weights are made for it
             raise UserError(f"the vllm engine serves casts and GPTQ/AWQ checkpoints, not {precision.name}")
+        check_vllm_kernels(precision)  # a kernel this CPU lacks: said before the server starts
         return serve_vllm(model.name, variant_weights(model, precision), precision, args, key)
     if precision.method != "gguf":
         raise UserError(

@@ -180,7 +180,7 @@ def check_vllm_kernels(precision: PrecisionSpec) -> None:
         unrunnable = sorted(fmt for fmt in formats if fmt in registry and set(registry[fmt].vllm_cpu_needs) - flags)
         raise UserError(
             f"vLLM's CPU kernel for {', '.join(unrunnable)}{within} needs {', '.join(needs)}, which this CPU lacks: "
-            "run it with --backend hf here, or with --backend vllm on an AVX-512 CPU or a CUDA GPU"
+            "run it with vLLM on an AVX-512 CPU or a CUDA GPU, or with harness.eval --backend hf here"
         )
 
 

@@ -14,8 +14,10 @@ from pathlib import Path
 import pytest
 
 from harness.backends.vllm import PYTHON_OVERRIDE, vllm_python
+from harness.core.machine import cpu_flags
 from harness.diff import by_problem, same_output
 from harness.models import precision_registry
+from harness.models.weights import has_cuda
 from harness.serve import wait_until_serving
 from tests.console import foreign_lines
 from tests.harness.helpers import ROOT, assert_user_error, command_env, free_port, require_vllm, run_module
@@ -142,3 +144,15 @@ def test_the_cpu_kernels_a_format_needs_are_where_the_registry_says():
     result = subprocess.run([vllm_python(), "-c", probe], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr[-2000:]
     assert result.stdout.split() == ["False", "True"]
+
+
+def test_a_server_of_a_format_this_cpu_has_no_vllm_kernel_for_is_one_line(tmp_path):
+    """``harness.serve --engine vllm --precision gptq-w4``: where the CPU lacks AVX-512 the kernel is said missing
+    before the server starts; elsewhere the command goes on to the checkpoint, which this empty cache lacks."""
+    result = run_module(
+        "harness.serve", "--engine", "vllm", "--precision", "gptq-w4", env={"NUMPREC_CACHE": str(tmp_path)}
+    )
+    if has_cuda() or {"avx512f", "avx512bw", "avx512vl"} <= set(cpu_flags()):
+        assert_user_error(result, "no gptq-w4 checkpoint of smollm2", "python -m harness.quantize")
+    else:
+        assert_user_error(result, "vLLM's CPU kernel for gptq-w4 needs avx512", "which this CPU lacks")
