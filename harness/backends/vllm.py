@@ -175,11 +175,12 @@ def check_vllm_kernels(precision: PrecisionSpec) -> None:
             "--backend vllm on a CUDA GPU"
         )
     flags = set(cpu_flags())
-    needs = sorted({flag for fmt in formats if fmt in registry for flag in registry[fmt].vllm_cpu_needs} - flags)
-    if needs:
-        unrunnable = sorted(fmt for fmt in formats if fmt in registry and set(registry[fmt].vllm_cpu_needs) - flags)
+    lacking = {fmt: set(registry[fmt].vllm_cpu_needs) - flags for fmt in formats if fmt in registry}
+    lacking = {fmt: missing_flags for fmt, missing_flags in lacking.items() if missing_flags}
+    if lacking:
+        unrunnable, needs = ", ".join(sorted(lacking)), ", ".join(sorted(set().union(*lacking.values())))
         raise UserError(
-            f"vLLM's CPU kernel for {', '.join(unrunnable)}{within} needs {', '.join(needs)}, which this CPU lacks: "
+            f"vLLM's CPU kernel for {unrunnable}{within} needs {needs}, which this CPU lacks: "
             "run it with vLLM on an AVX-512 CPU or a CUDA GPU, or with harness.eval --backend hf here"
         )
 

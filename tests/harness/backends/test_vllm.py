@@ -152,7 +152,7 @@ def test_a_server_of_a_format_this_cpu_has_no_vllm_kernel_for_is_one_line(tmp_pa
     result = run_module(
         "harness.serve", "--engine", "vllm", "--precision", "gptq-w4", env={"NUMPREC_CACHE": str(tmp_path)}
     )
-    if has_cuda() or {"avx512f", "avx512bw", "avx512vl"} <= set(cpu_flags()):
+    if has_cuda() or set(precision_registry()["gptq-w4"].vllm_cpu_needs) <= set(cpu_flags()):
         assert_user_error(result, "no gptq-w4 checkpoint of smollm2", "python -m harness.quantize")
     else:
         assert_user_error(result, "vLLM's CPU kernel for gptq-w4 needs avx512", "which this CPU lacks")
