@@ -25,10 +25,15 @@ install_packages() {
         || { apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q slurm-wlm munge >/dev/null; }
 }
 
+machine_cpus() {
+    # nproc honours OMP_NUM_THREADS, which a test process sets to 1: the node would take one task at a time
+    env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc
+}
+
 configure() {
     local host cpus memory
     host=$(hostname -s)
-    cpus=$(nproc)
+    cpus=$(machine_cpus)
     memory=$(( $(awk '/MemTotal/ {print $2}' /proc/meminfo) / 1024 - 1024 ))  # MB, below MemTotal
     mkdir -p "$CONF_DIR" "$SPOOL/ctld" "$SPOOL/d" "$LOGS" /run/munge /etc/munge
     if [ ! -s /etc/munge/munge.key ]; then
@@ -97,7 +102,7 @@ start() {
     for _ in $(seq 1 90); do  # until the node takes work
         state=$(sinfo -h -N -o %t 2>/dev/null | head -1 || true)
         case $state in
-            idle|mix|alloc) echo "slurm: node $(hostname -s) $state ($(nproc) CPUs), partition local" >&2; return 0 ;;
+            idle|mix|alloc) echo "slurm: node $(hostname -s) $state ($(sinfo -h -N -o %c | head -1) CPUs), partition local" >&2; return 0 ;;
             down*|drain*|unk*) scontrol update NodeName="$(hostname -s)" State=RESUME >/dev/null 2>&1 || true ;;
         esac
         sleep 1

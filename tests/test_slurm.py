@@ -46,18 +46,24 @@ def slurm_up() -> bool:
     return state.returncode == 0 and any(s in state.stdout for s in ("idle", "mix", "alloc"))
 
 
+def node_cpus() -> int:
+    listed = subprocess.run(["sinfo", "-h", "-N", "-o", "%c"], capture_output=True, text=True).stdout.split()
+    return int(listed[0]) if listed else 0
+
+
 @pytest.fixture(scope="session")
 def cluster():
-    if slurm_up():
-        return
-    if os.environ.get("NUMPREC_REQUIRE_SLURM") == "1":
+    if not slurm_up() and os.environ.get("NUMPREC_REQUIRE_SLURM") == "1":
+        # started from here, where OMP_NUM_THREADS=1: the script counts the machine's CPUs regardless
         started = subprocess.run(
             ["bash", str(ROOT / "scripts" / "slurm-local.sh"), "start"], capture_output=True, text=True
         )
         up = started.returncode == 0 and slurm_up()
         require(up, "NUMPREC_REQUIRE_SLURM", f"no Slurm came up: {started.stderr[-1500:]}", "")
-        return
-    require(False, "NUMPREC_REQUIRE_SLURM", "no Slurm here", "bash scripts/slurm-local.sh start")
+    require(slurm_up(), "NUMPREC_REQUIRE_SLURM", "no Slurm here", "bash scripts/slurm-local.sh start")
+    # srun -n 2 and the two-worker sweeps wait for two CPUs: a one-CPU node would keep them queued until timeout
+    restart = "bash scripts/slurm-local.sh stop; bash scripts/slurm-local.sh start"
+    require(node_cpus() >= 2, "NUMPREC_REQUIRE_SLURM", f"Slurm's node has {node_cpus()} CPU, the tests need 2", restart)
 
 
 def sweep(config: Path, out: Path, *extra: str, background: bool = False):
