@@ -932,6 +932,17 @@ def test_a_bad_read_every_is_one_line_before_any_work(value, tmp_path):
     assert not (tmp_path / "run").exists()
 
 
+def test_a_bf16_kernel_of_no_name_is_one_line_before_any_work(tmp_path):
+    """NUMPREC_BF16_GEMM (torch's bf16 kernel or float32's GEMM over the bf16 values: harness/backends/widened_bf16.py)
+    is checked with the plan, before the model is loaded."""
+    result = run_module(
+        "harness.eval", "--tasks", "add", "--lengths", "1", "--samples", "2", "--precision", "bf16",
+        "--out", str(tmp_path / "run"), env={"NUMPREC_BF16_GEMM": "fp32"},
+    )  # fmt: skip
+    assert_user_error(result, "NUMPREC_BF16_GEMM='fp32' names no bf16 kernel; use one of native, float32")
+    assert not (tmp_path / "run").exists()
+
+
 def test_a_junk_awq_kernel_is_named_before_the_checkpoint_is_looked_at(tmp_path):
     """Settings are checked in plan order: NUMPREC_AWQ_KERNEL, a name of no kernel, is the one line even where the
     AWQ checkpoint it would load is not there either."""

@@ -17,6 +17,7 @@ from importlib.metadata import version
 import torch
 
 from harness.backends.hf_loading import query_projection
+from harness.backends.widened_bf16 import WidenedBf16Linear
 from harness.models import PrecisionSpec, activation_qdq
 from harness.models.formats import registry_layout
 from harness.models.mix import UNQUANTIZED
@@ -37,14 +38,17 @@ def emulation_note(model: torch.nn.Module, precision: PrecisionSpec) -> str:
     A model whose layers carry no compressed-tensors scheme is said to be what it is (``not emulated``)."""
     layer = query_projection(model)
     scheme = getattr(layer, "quantization_scheme", None)
+    widened = isinstance(layer, WidenedBf16Linear)  # float32's GEMM over the bf16 values: no bf16 instructions
+    held = " (held in float32)" if widened else ""
+    matmul = "float32 GEMM over bfloat16 values" if widened else "bfloat16 matmul"  # widened_bf16.WIDENED's
     if precision.mix:
         schemes = [getattr(module, "quantization_scheme", None) for module in model.modules()]
         grouped = any(activation_qdq.dynamic(scheme.input_activations) for scheme in schemes if scheme is not None)
         how = f" ({activation_qdq.kernel(layer.weight.device.type)})" if grouped else ""
         return (
             f"emulated by compressed-tensors {version('compressed-tensors')}, each layer in its own scheme (a mix: "
-            f"{precision.mix}): weights dequantized to bfloat16 once; activations quantized and dequantized at each "
-            f"call where the layer's scheme says{how}; bfloat16 matmul"
+            f"{precision.mix}): weights dequantized to bfloat16 once{held}; activations quantized and dequantized at "
+            f"each call where the layer's scheme says{how}; {matmul}"
         )
     if scheme is None:
         return f"not emulated: {type(layer).__name__} layers carry no compressed-tensors scheme"
@@ -57,17 +61,18 @@ def emulation_note(model: torch.nn.Module, precision: PrecisionSpec) -> str:
     how = f" ({activation_qdq.kernel(layer.weight.device.type)})" if enabled and activation_qdq.dynamic(inputs) else ""
     return (
         f"emulated by compressed-tensors {version('compressed-tensors')} ({precision.scheme}): weights "
-        f"{_side(scheme.weights)} dequantized to {layer.weight.dtype} once; activations {activations} quantized and "
-        f"dequantized at each call{how}; {layer.weight.dtype} matmul; unquantized: {', '.join(ignored or ['none'])}"
-    ).replace("torch.", "")
+        f"{_side(scheme.weights)} dequantized to bfloat16 once{held}; activations {activations} quantized and "
+        f"dequantized at each call{how}; {matmul}; unquantized: {', '.join(ignored or ['none'])}"
+    )
 
 
-def emulated_matmul(precision: PrecisionSpec) -> str:
-    """The matmul_precision column: the arithmetic is bfloat16's, on the format's grid values where activations are
-    quantized."""
+def emulated_matmul(precision: PrecisionSpec, widened: bool) -> str:
+    """The matmul_precision column: the arithmetic is bfloat16's (``widened``: computed by float32's GEMM over the
+    bf16 values), on the format's grid values where activations are quantized."""
+    how = "; float32 GEMM over the bfloat16 values" if widened else ""
     if precision.activation_dtype == "bfloat16":
-        return "bfloat16 (weights on the format's grid)"
-    return f"bfloat16 on {precision.activation_dtype} grid values (emulated)"
+        return f"bfloat16 (weights on the format's grid{how})"
+    return f"bfloat16 on {precision.activation_dtype} grid values (emulated{how})"
 
 
 def loaded_formats(model: torch.nn.Module) -> dict[str, str | None]:

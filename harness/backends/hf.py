@@ -30,6 +30,7 @@ from harness.backends import (
     kv_cache,
     read_every,
     shared_prefix,
+    widened_bf16,
 )
 from harness.backends.emulated import emulated_matmul, emulation_note, loaded_formats
 from harness.backends.fp8_linear import KERNEL as FP8_KERNEL
@@ -90,6 +91,9 @@ class HFBackend(ChatBackend):
         self.device = model.device.type
         if precision.method == "compressed":
             activation_qdq.expect(model)  # a forward's values a row: a batch that pays for a compile compiles at once
+        bf16 = self.model.dtype == torch.bfloat16 and precision.method in widened_bf16.METHODS
+        if bf16 and widened_bf16.wanted(self.device) and widened_bf16.fits(self.model):
+            widened_bf16.widen_when_decompressed(self.model)  # no bf16 instructions: float32's GEMM, bf16's values
         if precision.method == "cast" and self.device == "cpu":
             store_linear_weights_transposed(self.model)
         # FP8 tensor cores where the card has them; every other format (and FP8 elsewhere) runs emulated
@@ -156,8 +160,11 @@ class HFBackend(ChatBackend):
     def matmul_precision(self) -> str:
         if fp8_matmuls(self.model):
             return "float8_e4m3fn x float8_e4m3fn, float32 accumulation"
+        widened = widened_bf16.widened_layers(self.model) > 0
         if self.precision.method == "compressed":
-            return emulated_matmul(self.precision)
+            return emulated_matmul(self.precision, widened)
+        if widened:
+            return widened_bf16.MATMUL_PRECISION
         return super().matmul_precision
 
     def prepare(self, prompts: list[str], budgets: list[int]):

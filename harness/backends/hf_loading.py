@@ -10,6 +10,7 @@ import sys
 import torch
 from tqdm import tqdm
 
+from harness.backends.widened_bf16 import WIDENED, WidenedBf16Linear
 from harness.core.errors import UserError
 from harness.models import PrecisionSpec, activation_qdq, awq_kernels, fp4
 from harness.models.autoawq import require_gptqmodel
@@ -39,8 +40,10 @@ def linear_kernel(model: torch.nn.Module) -> str:
     if module is None:
         return "unknown"
     kind = type(module)
-    label = f"{kind.__module__.split('.')[0]}.{kind.__name__}"
-    return label + ("+compressed-tensors" if hasattr(module, "quantization_scheme") else "")
+    widened = isinstance(module, WidenedBf16Linear)
+    label = "torch.Linear" if widened else f"{kind.__module__.split('.')[0]}.{kind.__name__}"
+    label += "+compressed-tensors" if hasattr(module, "quantization_scheme") else ""
+    return label + (f", {WIDENED}" if widened else "")
 
 
 def store_linear_weights_transposed(model: torch.nn.Module) -> None:

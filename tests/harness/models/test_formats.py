@@ -18,12 +18,20 @@ import pytest
 import torch
 
 from harness.backends.hf_loading import load_kwargs
+from harness.backends.widened_bf16 import WidenedBf16Linear, widen
 from harness.models import precision_registry
 from harness.models.checkpoints import quantization_config
 from harness.models.formats import declared_precision
 from harness.quantize import HANDED_OVER, QUANTIZE_ENV
 from tests.console import assert_numprec_console
-from tests.harness.helpers import ROOT, assert_user_error, command_env, needs_quantize_env, run_module
+from tests.harness.helpers import (
+    ROOT,
+    assert_summed_in_another_order,
+    assert_user_error,
+    command_env,
+    needs_quantize_env,
+    run_module,
+)
 from tests.harness.models.format_reference import FORMATS, layer_output, stored
 
 pytestmark = [needs_quantize_env, pytest.mark.xdist_group("formats")]  # one worker makes the checkpoints once
@@ -98,6 +106,28 @@ def test_a_layer_computes_its_format_bit_for_bit(checkpoints, name):
     assert not torch.equal(output, changed), f"{name}: {FORMATS[name].changed} went unnoticed"
 
 
+@pytest.mark.parametrize("name", list(FORMATS))
+def test_a_layer_by_float32_gemm_computes_its_format_but_for_the_order_of_its_sums(checkpoints, name):
+    """Where a CPU has no bf16 instructions the backend multiplies each layer's bf16 values by float32's GEMM
+    (harness/backends/widened_bf16.py; here on any CPU): once the first forward has dequantized the weights, a
+    layer's output is the format's definition's, or apart from it by one bf16 rounding of sums taken in another
+    order."""
+    from transformers import AutoModelForCausalLM
+
+    kwargs = load_kwargs(precision_registry()[name], "cpu", str(checkpoints[name]))
+    model = AutoModelForCausalLM.from_pretrained(checkpoints[name], **kwargs).eval()
+    with torch.inference_mode():
+        model(torch.tensor([[1, 2, 3, 4]]))  # the first forward dequantizes the weights
+    assert widen(model) == len([m for m in model.modules() if isinstance(m, torch.nn.Linear)])
+    layer = model.get_submodule(LAYER)
+    tensors = stored(checkpoints[name], LAYER)
+    assert isinstance(layer, WidenedBf16Linear) and torch.equal(layer.weight, FORMATS[name].weight(tensors).float())
+    x = hard_input(layer.in_features)
+    with torch.inference_mode():
+        ours, theirs = layer(x), layer_output(name, tensors, x)
+    assert_summed_in_another_order(ours, theirs, FORMATS[name].activation(x, tensors), layer.weight)
+
+
 def test_each_checkpoint_declares_its_precision(checkpoints):
     assert {name: declared_precision(quantization_config(path)) for name, path in checkpoints.items()} == {
         name: name for name in FORMATS
@@ -120,11 +150,12 @@ def published(checkpoint: Path, cache: Path, repo: str) -> dict:
 
 def test_a_published_checkpoint_runs_at_the_precision_it_declares(checkpoints, tmp_path):
     """--model-path with a hub id of the local cache alone: the row is the declared precision's, says it was
-    emulated and how, and the console is numprec's (compressed-tensors' bars and torchao's load failures
-    silenced)."""
+    emulated and how (here by float32's GEMM, as where a CPU has no bf16 instructions), and the console is numprec's
+    (compressed-tensors' bars and torchao's load failures silenced)."""
     out = tmp_path / "run"
     grid = ["--tasks", "add", "--lengths", "1", "--samples", "2"]
     env = published(checkpoints["nvfp4"], tmp_path / "hub", "someone/tiny-llama-NVFP4")
+    env["NUMPREC_BF16_GEMM"] = "float32"  # the widened path after decompression, as a CPU without bf16 takes it
     result = run_module("harness.eval", "--model-path", "someone/tiny-llama-NVFP4", *grid, "--out", str(out), env=env)
     assert result.returncode == 0, result.stderr[-3000:]
     assert_numprec_console(result)
@@ -134,7 +165,11 @@ def test_a_published_checkpoint_runs_at_the_precision_it_declares(checkpoints, t
         (row,) = list(csv.DictReader(handle))
     assert (row["precision"], row["method"], row["weight_dtype"]) == ("nvfp4", "compressed", "float4_e2m1")
     assert row["kernel"].startswith("emulated by compressed-tensors") and "float4 tensor_group g16" in row["kernel"]
-    assert row["matmul_precision"] == "bfloat16 on float4_e2m1 grid values (emulated)"
+    assert "held in float32" in row["kernel"] and "; float32 GEMM over bfloat16 values;" in row["kernel"]
+    assert (
+        row["matmul_precision"]
+        == "bfloat16 on float4_e2m1 grid values (emulated; float32 GEMM over the bfloat16 values)"
+    )
 
 
 @pytest.mark.parametrize(
