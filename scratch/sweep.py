@@ -175,6 +175,9 @@ class PackJob:
             if received[0] != warning:
                 raise Cancelled(f"cancelled (SIGTERM) at step {stopped.args[0]}; checkpoints written") from None
             if callable(submitit_handlers[warning]):
+                # A requeue sends the job's processes SIGTERM, scontrol's own among them: ignored (inherited by the
+                # child), its call finishes instead of dying half-way (seen on a loaded machine: the task failed).
+                signal.signal(signal.SIGTERM, signal.SIG_IGN)
                 submitit_handlers[warning](warning, None)  # checkpoint() and requeue, then exit
             raise
 

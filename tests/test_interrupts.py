@@ -79,6 +79,17 @@ def test_ctrl_c_while_importing_torch_is_one_line(module, expected, args, tmp_pa
     assert not list(tmp_path.iterdir())
 
 
+def test_the_commands_answered_in_main_import_torch_only_there():
+    """IN_MAIN's premise: importing harness.eval, finetune.train and bench.run loads neither torch nor transformers.
+    A module that imports torch at its top moves a Ctrl-C during that import to the start-up handler's answer (seen
+    once in a suite run, when harness/runs/plan.py imported a backend module that imports torch)."""
+    code = "import sys, harness.eval, finetune.train, bench.run\n"
+    code += "print([m for m in ('torch', 'transformers') if m in sys.modules])"
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True)
+    assert result.returncode == 0 and result.stdout.strip() == "[]", (result.stdout, result.stderr[-2000:])
+
+
 def test_ctrl_c_before_the_first_cell_leaves_no_run_directory(tmp_path):
     args = ["harness.eval", "--tasks", "add", "--lengths", "1", "--samples", "64", "--out", "run"]
     code, lines = interrupt_after(8, tmp_path, *args)  # imports done, the model loading or generating

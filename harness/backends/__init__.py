@@ -125,6 +125,20 @@ def read_every() -> int:
     return int(text)
 
 
+# Which kernel multiplies bf16 layers on a CPU (harness/backends/widened_bf16.py): torch's bf16 one, or float32's GEMM
+# over the bf16 values; without NUMPREC_BF16_GEMM the CPU's bf16 instructions decide.
+BF16_GEMMS = ("native", "float32")
+
+
+def bf16_gemm() -> str:
+    """NUMPREC_BF16_GEMM's choice ('' for none); one line when it names no kernel. Read here, where torch is not
+    imported, so that the plan checks it before any work."""
+    choice = os.environ.get("NUMPREC_BF16_GEMM", "")
+    if choice and choice not in BF16_GEMMS:
+        raise UserError(f"NUMPREC_BF16_GEMM={choice!r} names no bf16 kernel; use one of {', '.join(BF16_GEMMS)}")
+    return choice
+
+
 def check_thinking_switch(tokenizer, thinking: str) -> None:
     """--thinking on|off needs a chat template with a thinking switch (enable_thinking, as Qwen3's has): one without
     is refused in one line (the switch would silently do nothing)."""

@@ -78,12 +78,13 @@ class HFBackend(ChatBackend):
     @classmethod
     def from_model(cls, model, tokenizer, precision: PrecisionSpec, batch_size: int) -> HFBackend:
         """A backend over a model already in memory, on its device (the GPU bench's random-init 8B architecture,
-        which is never written to disk)."""
+        which is never written to disk). The caller's layers keep their classes: its bf16 layers are not widened
+        (harness/backends/widened_bf16.py), as the benches go on to rewrite them (FP8 rounding, mixing)."""
         backend = cls.__new__(cls)
-        backend._setup(model.eval(), tokenizer, precision, batch_size)
+        backend._setup(model.eval(), tokenizer, precision, batch_size, widen=False)
         return backend
 
-    def _setup(self, model, tokenizer, precision: PrecisionSpec, batch_size: int) -> None:
+    def _setup(self, model, tokenizer, precision: PrecisionSpec, batch_size: int, widen: bool = True) -> None:
         self.model, self.tokenizer, self.precision, self.batch_size = model, tokenizer, precision, batch_size
         self.loaded_layers = loaded_formats(model) if precision.layer_formats else None
         if self.loaded_layers is not None:
@@ -91,7 +92,7 @@ class HFBackend(ChatBackend):
         self.device = model.device.type
         if precision.method == "compressed":
             activation_qdq.expect(model)  # a forward's values a row: a batch that pays for a compile compiles at once
-        bf16 = self.model.dtype == torch.bfloat16 and precision.method in widened_bf16.METHODS
+        bf16 = widen and self.model.dtype == torch.bfloat16 and precision.method in widened_bf16.METHODS
         if bf16 and widened_bf16.wanted(self.device) and widened_bf16.fits(self.model):
             widened_bf16.widen_when_decompressed(self.model)  # no bf16 instructions: float32's GEMM, bf16's values
         if precision.method == "cast" and self.device == "cpu":

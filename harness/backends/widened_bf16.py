@@ -16,16 +16,13 @@ kernel.
 
 from __future__ import annotations
 
-import os
-
 import psutil
 import torch
 import torch.nn.functional as F
 
-from harness.core.errors import UserError
+from harness.backends import bf16_gemm
 from harness.core.machine import cpu_bf16_instructions
 
-CHOICES = ("native", "float32")
 MATMUL_PRECISION = "bfloat16 (float32 GEMM over bfloat16 values, rounded to bfloat16)"
 WIDENED = "float32 GEMM over bfloat16 values (weights held in float32)"  # the kernel column's words
 # Where torch's bf16 matmul runs: casts, compressed-tensors' emulated formats, GPTQ unpacked by compressed-tensors
@@ -40,18 +37,10 @@ class WidenedBf16Linear(torch.nn.Linear):
         return F.linear(input.float(), self.weight, self.bias).to(input.dtype)
 
 
-def chosen() -> str:
-    """NUMPREC_BF16_GEMM's choice ('' for none); one line when it names no kernel."""
-    choice = os.environ.get("NUMPREC_BF16_GEMM", "")
-    if choice and choice not in CHOICES:
-        raise UserError(f"NUMPREC_BF16_GEMM={choice!r} names no bf16 kernel; use one of {', '.join(CHOICES)}")
-    return choice
-
-
 def wanted(device: str) -> bool:
     """Whether bf16 linear layers on ``device`` run through the float32 GEMM: on a CPU without bf16 instructions,
     unless NUMPREC_BF16_GEMM says otherwise."""
-    choice = chosen()
+    choice = bf16_gemm()
     return device == "cpu" and (choice == "float32" or (not choice and not cpu_bf16_instructions()))
 
 

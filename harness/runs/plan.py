@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness.backends import backend_for, check_thinking_switch, read_every, widened_bf16
+from harness.backends import backend_for, bf16_gemm, check_thinking_switch, read_every
 from harness.backends.api import Endpoint
 from harness.backends.vllm import check_vllm_kernels, vllm_python
 from harness.core.errors import UserError
@@ -102,7 +102,7 @@ def plan_variants(spec: RunSpec) -> list[Variant]:
         named.append((model, precision, backend_for(spec.backend, precision)))
     if any(backend == "hf" for _, _, backend in named):
         read_every()  # the transformers backend's settings, said before any work when one is not one
-        widened_bf16.chosen()
+        bf16_gemm()
     if any(precision.method == "awq" and backend == "hf" for _, precision, backend in named):
         awq_kernels.wanted_kernel()  # a kernel name of none: said before the checkpoint is looked at
     for model, precision, backend in named:
