@@ -17,7 +17,7 @@ from importlib.metadata import version
 import torch
 
 from harness.backends.hf_loading import query_projection
-from harness.backends.widened_bf16 import WidenedBf16Linear
+from harness.backends.widened_bf16 import GEMM, WidenedBf16Linear
 from harness.models import PrecisionSpec, activation_qdq
 from harness.models.formats import registry_layout
 from harness.models.mix import UNQUANTIZED
@@ -40,7 +40,7 @@ def emulation_note(model: torch.nn.Module, precision: PrecisionSpec) -> str:
     scheme = getattr(layer, "quantization_scheme", None)
     widened = isinstance(layer, WidenedBf16Linear)  # float32's GEMM over the bf16 values: no bf16 instructions
     held = " (held in float32)" if widened else ""
-    matmul = "float32 GEMM over bfloat16 values" if widened else "bfloat16 matmul"  # widened_bf16.WIDENED's
+    matmul = GEMM if widened else "bfloat16 matmul"
     if precision.mix:
         schemes = [getattr(module, "quantization_scheme", None) for module in model.modules()]
         grouped = any(activation_qdq.dynamic(scheme.input_activations) for scheme in schemes if scheme is not None)

@@ -92,8 +92,8 @@ class HFBackend(ChatBackend):
         self.device = model.device.type
         if precision.method == "compressed":
             activation_qdq.expect(model)  # a forward's values a row: a batch that pays for a compile compiles at once
-        bf16 = widen and self.model.dtype == torch.bfloat16 and precision.method in widened_bf16.METHODS
-        if bf16 and widened_bf16.wanted(self.device) and widened_bf16.fits(self.model):
+        widenable = widen and self.model.dtype == torch.bfloat16 and precision.method in widened_bf16.METHODS
+        if widenable and widened_bf16.wanted(self.device) and widened_bf16.fits(self.model):
             widened_bf16.widen_when_decompressed(self.model)  # no bf16 instructions: float32's GEMM, bf16's values
         if precision.method == "cast" and self.device == "cpu":
             store_linear_weights_transposed(self.model)

@@ -23,8 +23,9 @@ import torch.nn.functional as F
 from harness.backends import bf16_gemm
 from harness.core.machine import cpu_bf16_instructions
 
-MATMUL_PRECISION = "bfloat16 (float32 GEMM over bfloat16 values, rounded to bfloat16)"
-WIDENED = "float32 GEMM over bfloat16 values (weights held in float32)"  # the kernel column's words
+GEMM = "float32 GEMM over bfloat16 values"
+MATMUL_PRECISION = f"bfloat16 ({GEMM}, rounded to bfloat16)"
+WIDENED = f"{GEMM} (weights held in float32)"  # the kernel column's words
 # Where torch's bf16 matmul runs: casts, compressed-tensors' emulated formats, GPTQ unpacked by compressed-tensors
 # (bitsandbytes and gptqmodel run kernels of their own, and their heads stay as they are)
 METHODS = ("cast", "compressed", "gptq")
@@ -44,9 +45,13 @@ def wanted(device: str) -> bool:
     return device == "cpu" and (choice == "float32" or (not choice and not cpu_bf16_instructions()))
 
 
+def _plain_linear(model: torch.nn.Module) -> list[torch.nn.Linear]:
+    return [m for m in model.modules() if type(m) is torch.nn.Linear]
+
+
 def _widenable(model: torch.nn.Module) -> list[torch.nn.Linear]:
-    linear = [m for m in model.modules() if type(m) is torch.nn.Linear]
     # a compressed-tensors layer has no weight before decompression, only its codes and scales
+    linear = _plain_linear(model)
     return [m for m in linear if getattr(m, "weight", None) is not None and m.weight.dtype == torch.bfloat16]
 
 
@@ -54,8 +59,7 @@ def fits(model: torch.nn.Module) -> bool:
     """Whether float32 copies of ``model``'s linear weights fit in the memory available, a quarter spare (each copy
     is made before its bf16 weight is let go). Counted from the layers' shapes: a compressed-tensors layer holds
     its codes, not its weight, until the first forward."""
-    linear = [m for m in model.modules() if type(m) is torch.nn.Linear]
-    needed = sum(module.in_features * module.out_features * 4 for module in linear)
+    needed = sum(module.in_features * module.out_features * 4 for module in _plain_linear(model))
     return needed * 1.25 < psutil.virtual_memory().available
 
 
