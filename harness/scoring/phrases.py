@@ -75,7 +75,9 @@ def keyword_statements(line: str, question: Question, base: int) -> list[Stateme
         if question.is_asked(line, verb.start(), base):
             found.append(Statement(verb.start(), verb.end(), "keyword"))
     for which in _WHICH.finditer(line):
-        referent = len(line[: which.start()].rstrip(" ,"))
+        referent = which.start()
+        while referent and line[referent - 1] in " ,":  # the referent's end, without copying the line before it
+            referent -= 1
         if question.is_asked(line, referent, base):
             found.append(Statement(which.start(), which.end(), "keyword"))
     return found
