@@ -12,6 +12,7 @@ import pytest
 
 from tests.harness import helpers
 from tests.harness.helpers import ROOT, command_env, run_module
+from tests.warm import WarmInterpreter
 
 
 @pytest.fixture(scope="module")
@@ -66,6 +67,27 @@ def test_it_is_taken_only_where_a_fresh_interpreter_would_do_the_same(warm, tmp_
     assert not warm.takes(["--verbose"], ROOT, env), "--verbose changes what libraries print while imported"
     assert not warm.takes([], tmp_path, env), "python -m imports from its working directory"
     assert not warm.takes([], ROOT, {**env, "NUMPREC_VERBOSE": "1"}), "a variable read at import"
-    result = run_module("tests.warm_probe", "0", env={"NUMPREC_PROBE": "1"})
+    assert not warm.takes([], ROOT, {**env, "TORCH_LOGS": "+dynamo"}), "a library's variable"
+    result = run_module("tests.warm_probe", "0", env={"PROBE": "1"})
     assert not json.loads(result.stdout)["torch"], "a changed environment runs a fresh interpreter"
     assert json.loads(run_module("tests.warm_probe", "0").stdout)["torch"], "the same one runs warm"
+
+
+def test_numprec_variables_the_imports_left_unread_are_given_to_a_forked_command():
+    """An interpreter started with NUMPREC_GONE: a command asked without it and with NUMPREC_PROBE sees what a fresh
+    interpreter would (numprec reads neither at import); the next command, asked with the starting environment, sees
+    that one again."""
+    started = {**command_env(), "NUMPREC_GONE": "1"}
+    asked = {**{k: v for k, v in started.items() if k != "NUMPREC_GONE"}, "NUMPREC_PROBE": "1"}
+    interpreter = WarmInterpreter(ROOT, started)
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not interpreter.takes([], ROOT, started):
+            time.sleep(0.2)
+        assert interpreter.takes([], ROOT, asked), "numprec's unread variables are given"
+        forked = json.loads(interpreter.run("tests.warm_probe", ["0"], timeout=60, env=asked).stdout)
+        assert forked["torch"] and forked["numprec"] == {k: v for k, v in asked.items() if k.startswith("NUMPREC_")}
+        again = json.loads(interpreter.run("tests.warm_probe", ["0"], timeout=60, env=started).stdout)
+        assert again["numprec"] == {k: v for k, v in started.items() if k.startswith("NUMPREC_")}
+    finally:
+        interpreter.stop()

@@ -7,9 +7,11 @@ stderr given to it, the working directory, ``sys.argv`` and ``__main__`` as ``py
 status (a signal as subprocess reports one), interpreter shutdown (atexit, threads joined) as a fresh process has it.
 What differs is only what the imports already did, so a command takes the warm path only where that cannot matter:
 
-- the environment is exactly the one the warm interpreter started with (a variable read at import, such as
+- the environment is the one the warm interpreter started with (a variable read at import, such as
   NUMPREC_VERBOSE, TORCH_LOGS or PYTHONSAFEPATH, would otherwise have been read already), but for pytest's
-  PYTEST_CURRENT_TEST, which the command is given as it is now;
+  PYTEST_CURRENT_TEST, and numprec's own variables (``NUMPREC_*``: no library and no C code reads them) that the
+  imports did not read: those the command is given, set or unset, as it is now (NUMPREC_KILL_AT, read where a writer
+  reaches a step, is the suite's most frequent);
 - the working directory is the repository's (``python -m`` imports from it) and ``--verbose`` is not given;
 - the caller did not ask for a fresh interpreter (tests/test_console.py does: what libraries print while they are
   imported is its subject).
@@ -36,9 +38,8 @@ import sys
 import tempfile
 import threading
 import time
+import types
 from pathlib import Path
-
-from harness.core import startup
 
 # What numprec's commands import before they do anything (harness first: its startup quiets the libraries as a
 # command's own import of it does), and what harness.eval, the suite's most frequent command, imports on its way
@@ -58,6 +59,9 @@ PRELOADED = (
     "harness.backends.hf",
 )
 _PER_TEST = ("PYTEST_CURRENT_TEST",)  # set by pytest for each test; read by no command and no library at import
+_OWN = "NUMPREC_"  # numprec's variables: read by its Python code alone, so a read at import is seen in os.environ
+# Walks over the whole environment at import that keep no variable of numprec's: tqdm's reads TQDM_* overrides.
+_WALKS_KEEPING_NONE_OF_OURS = ("tqdm/utils.py",)
 _HEADER = 8  # bytes: the request's length
 
 
@@ -70,9 +74,12 @@ def _command(request: dict, fds: list[int]) -> None:
         os.dup2(fd, target)
         os.close(fd)
     os.chdir(request["cwd"])
-    os.environ.update(request["env"])  # the same but for what only changes between tests (see ``_PER_TEST``)
+    for name, value in request["env"].items():  # what changes between tests, and numprec's unread variables
+        os.environ.pop(name, None) if value is None else os.environ.__setitem__(name, value)
     sys.argv = [request["module"], *request["args"]]
-    startup.start_a_command()  # what a command's own import of harness sets (a warm import was not a command's)
+    # what a command's own import of harness sets (a warm import was not a command's); imported by PRELOADED, and
+    # not by this module, whose own imports come before the environment's reads are noted
+    sys.modules["harness.core.startup"].start_a_command()
     runpy.run_module(request["module"], run_name="__main__", alter_sys=True)
     raise SystemExit(0)
 
@@ -102,11 +109,46 @@ def _monitor(connection: socket.socket) -> None:
     os._exit(0)
 
 
+def _outside_abc(frame: types.FrameType) -> types.FrameType:
+    """The first frame, from ``frame`` up, that is not collections.abc's (Mapping.get, ItemsView.__iter__ ...)."""
+    while frame.f_back is not None and frame.f_code.co_filename == "<frozen _collections_abc>":
+        frame = frame.f_back
+    return frame
+
+
+def _import_preloaded() -> dict:
+    """Import PRELOADED, noting how the environment was read meanwhile: the names read one by one (every read of
+    os.environ passes its class's __getitem__: get, in, setdefault, copy), and where the whole of it was walked (a
+    walk reads every name; what it keeps is its code's business). Returns them for the clients."""
+    read, walks = set(), set()
+    environ = type(os.environ)
+    getitem, iterate = environ.__getitem__, environ.__iter__
+
+    def reading(self, key):
+        caller = sys._getframe(1).f_code
+        if not (caller.co_filename == "<frozen _collections_abc>" and caller.co_name == "__iter__"):
+            read.add(key)  # by name; a walk's reads are noted as the walk
+        return getitem(self, key)
+
+    def walking(self):
+        walks.add(_outside_abc(sys._getframe(1)).f_code.co_filename)
+        return iterate(self)
+
+    environ.__getitem__, environ.__iter__ = reading, walking
+    try:
+        for name in PRELOADED:
+            importlib.import_module(name)
+    finally:
+        environ.__getitem__, environ.__iter__ = getitem, iterate
+    return {"read": sorted(read), "walks": sorted(walks)}
+
+
 def serve(path: str) -> None:
-    for name in PRELOADED:
-        importlib.import_module(name)
+    seen = _import_preloaded()
     if threading.active_count() != 1:
         return  # a process with threads cannot be forked safely: the clients keep starting fresh interpreters
+    with open(path + ".environment", "w") as handle:
+        json.dump(seen, handle)
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(path + ".binding")
     listener.listen(16)
@@ -136,31 +178,48 @@ class WarmInterpreter:
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
+        self.seen: dict | None = None  # how the imports read the environment, once it takes commands
         atexit.register(self.stop)
 
     def stop(self) -> None:
         if self.process.poll() is None:
             self.process.kill()
             self.process.wait()
-        for name in (self.path, self.path + ".binding"):
+        for name in (self.path, self.path + ".binding", self.path + ".environment"):
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(name)
         with contextlib.suppress(OSError):
             os.rmdir(self.folder)
 
-    def started_with(self, env: dict[str, str]) -> bool:
-        """Whether this interpreter started with ``env`` (what changes between tests aside)."""
-        same = _without_per_test(env) == _without_per_test(self.env)
-        if not same and (log := os.environ.get("NUMPREC_TESTS_WARM_LOG")):
-            changed = sorted(set(env.items()) ^ set(self.env.items()))
-            with open(log, "a") as handle:
-                handle.write(f"{os.getpid()} {[name for name, _ in changed if name not in _PER_TEST]}\n")
-        return same
+    def differences(self, env: dict[str, str]) -> dict[str, str | None] | None:
+        """What a command forked here is given so that its environment is ``env``: the variables set (a value) or
+        unset (None) beside the one this interpreter started with; None where it cannot be, because a variable
+        differs that the imports read, or may have read, or that is not numprec's."""
+        ours, theirs = _without_per_test(self.env), _without_per_test(env)
+        changed = sorted(name for name in ours.keys() | theirs.keys() if ours.get(name) != theirs.get(name))
+        if changed and not self._unread(changed):
+            if log := os.environ.get("NUMPREC_TESTS_WARM_LOG"):
+                with open(log, "a") as handle:
+                    handle.write(f"{os.getpid()} {changed}\n")
+            return None
+        return {name: theirs.get(name) for name in changed}
+
+    def _unread(self, names: list[str]) -> bool:
+        """Whether the imports left ``names`` unread: numprec's, not read by name, and no walk over the environment
+        that might keep them. Unknown until the interpreter takes commands."""
+        if self.seen is None:
+            try:
+                with open(self.path + ".environment") as handle:
+                    self.seen = json.load(handle)
+            except (OSError, ValueError):
+                return False
+        walks_ours = [walk for walk in self.seen["walks"] if not walk.endswith(_WALKS_KEEPING_NONE_OF_OURS)]
+        return not walks_ours and all(name.startswith(_OWN) and name not in self.seen["read"] for name in names)
 
     def takes(self, args: list[str], cwd: Path, env: dict[str, str]) -> bool:
         """Whether a command can be forked here without any difference a fresh interpreter would show."""
         return (
-            self.started_with(env)
+            self.differences(env) is not None
             and Path(cwd).resolve() == self.root
             and "--verbose" not in args
             and os.path.exists(self.path)
@@ -181,8 +240,9 @@ class WarmInterpreter:
         out_read, out_write = os.pipe()
         err_read, err_write = os.pipe()
         null = os.open(os.devnull, os.O_RDONLY)
-        per_test = {name: value for name, value in (env or self.env).items() if name in _PER_TEST}
-        payload = json.dumps({"module": module, "args": args, "cwd": str(self.root), "env": per_test}).encode()
+        env = env or self.env
+        given = {**self.differences(env), **{name: value for name, value in env.items() if name in _PER_TEST}}
+        payload = json.dumps({"module": module, "args": args, "cwd": str(self.root), "env": given}).encode()
         try:
             socket.send_fds(connection, [b"%08d" % len(payload)], [null, out_write, err_write])
             connection.sendall(payload)

@@ -12,7 +12,9 @@ import sys
 import time
 
 if __name__ == "__main__":
-    print(json.dumps({"argv": sys.argv, "cwd": os.getcwd(), "name": __name__, "torch": "torch" in sys.modules}))
+    numprec = {name: value for name, value in os.environ.items() if name.startswith("NUMPREC_")}
+    seen = {"argv": sys.argv, "cwd": os.getcwd(), "name": __name__, "torch": "torch" in sys.modules}
+    print(json.dumps({**seen, "numprec": numprec}))
     print("a line on stderr\r\nand a bar\rredrawn", file=sys.stderr)
     if sys.argv[1] == "kill":
         sys.stdout.flush()

@@ -51,7 +51,7 @@ def run_module(
     base_env = command_env()
     full_env = {**base_env, **(env or {})}
     if not fresh and os.environ.get("NUMPREC_TESTS_WARM", "1") != "0":
-        if not _warm or not _warm[0].started_with(base_env):
+        if not _warm or _warm[0].differences(base_env) is None:
             # the first command, or the test process's environment changed since (a library's import sets a
             # variable): a warm interpreter for the environment as it is now; this command runs fresh meanwhile
             for earlier in _warm:
@@ -82,10 +82,12 @@ def assert_user_error(result: subprocess.CompletedProcess, *fragments: str) -> N
         assert fragment in lines[0], lines[0]
 
 
-def prompts_for(backend, task, length, count, seed=0):
-    """``count`` problems of a cell and their prompts in ``backend``'s chat template."""
+def prompts_for(backend, task, length, count, seed=0, style="zero-shot"):
+    """``count`` problems of a cell and their prompts in ``backend``'s chat template: the zero-shot prompt unless
+    asked (the tests of a backend compare its paths with each other; the embedded model answers it in about half the
+    tokens it takes after the paper's few-shot examples, and its prompts still share a prefix)."""
     problems = generate(task, 10, length, count, seed)
-    return problems, [backend.chat_prompt(user_message(p)) for p in problems]
+    return problems, [backend.chat_prompt(user_message(p, style)) for p in problems]
 
 
 def assert_summed_in_another_order(ours: torch.Tensor, theirs: torch.Tensor, x: torch.Tensor, weight: torch.Tensor):

@@ -8,14 +8,12 @@ import hashlib
 import os
 import shutil
 import signal
-import subprocess
-import sys
 
 import pytest
 
 from harness.core.faults import KILL_AT
 from harness.reports.promotion import STEPS
-from tests.harness.helpers import ROOT, command_env
+from tests.harness.helpers import run_module
 from tests.harness.runs.test_merge import run
 from tests.harness.scoring.test_readers import command
 
@@ -55,10 +53,7 @@ def content(path, leave_out=()) -> dict:
 
 def killed_at(step: str, module: str, args: list[str]) -> None:
     """The command run in a child that kills itself at ``step``; the kill must have fired."""
-    result = subprocess.run(
-        [sys.executable, "-m", module, *args], cwd=ROOT, env={**command_env(), KILL_AT: step},
-        capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
+    result = run_module(module, *args, env={KILL_AT: step}, timeout=300)
     assert result.returncode == -signal.SIGKILL, f"the kill at {step} did not fire: {result.returncode} {result.stderr}"
 
 
