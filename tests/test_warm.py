@@ -21,11 +21,16 @@ def warm():
     command, as in any test)."""
     run_module("tests.warm_probe", "0")
     interpreter = helpers._warm[0]
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and not interpreter.takes([], ROOT, command_env()):
-        time.sleep(0.2)
-    assert interpreter.takes([], ROOT, command_env()), "the warm interpreter did not start"
+    assert taking(interpreter, command_env()), "the warm interpreter did not start"
     return interpreter
+
+
+def taking(interpreter: WarmInterpreter, env: dict[str, str]) -> bool:
+    """Whether ``interpreter`` takes commands in ``env``, waited for while it imports (two minutes at most)."""
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not interpreter.takes([], ROOT, env):
+        time.sleep(0.2)
+    return interpreter.takes([], ROOT, env)
 
 
 def test_a_forked_command_is_what_a_fresh_one_is(warm):
@@ -81,9 +86,7 @@ def test_numprec_variables_the_imports_left_unread_are_given_to_a_forked_command
     asked = {**{k: v for k, v in started.items() if k != "NUMPREC_GONE"}, "NUMPREC_PROBE": "1"}
     interpreter = WarmInterpreter(ROOT, started)
     try:
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline and not interpreter.takes([], ROOT, started):
-            time.sleep(0.2)
+        assert taking(interpreter, started), "the warm interpreter did not start"
         assert interpreter.takes([], ROOT, asked), "numprec's unread variables are given"
         forked = json.loads(interpreter.run("tests.warm_probe", ["0"], timeout=60, env=asked).stdout)
         assert forked["torch"] and forked["numprec"] == {k: v for k, v in asked.items() if k.startswith("NUMPREC_")}

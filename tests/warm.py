@@ -63,6 +63,7 @@ _OWN = "NUMPREC_"  # numprec's variables: read by its Python code alone, so a re
 # Walks over the whole environment at import that keep no variable of numprec's: tqdm's reads TQDM_* overrides.
 _WALKS_KEEPING_NONE_OF_OURS = ("tqdm/utils.py",)
 _HEADER = 8  # bytes: the request's length
+_ABC = "<frozen _collections_abc>"  # Mapping.get, ItemsView.__iter__ ...: the frames between a caller and os.environ
 
 
 def _command(request: dict, fds: list[int]) -> None:
@@ -111,7 +112,7 @@ def _monitor(connection: socket.socket) -> None:
 
 def _outside_abc(frame: types.FrameType) -> types.FrameType:
     """The first frame, from ``frame`` up, that is not collections.abc's (Mapping.get, ItemsView.__iter__ ...)."""
-    while frame.f_back is not None and frame.f_code.co_filename == "<frozen _collections_abc>":
+    while frame.f_back is not None and frame.f_code.co_filename == _ABC:
         frame = frame.f_back
     return frame
 
@@ -126,7 +127,7 @@ def _import_preloaded() -> dict:
 
     def reading(self, key):
         caller = sys._getframe(1).f_code
-        if not (caller.co_filename == "<frozen _collections_abc>" and caller.co_name == "__iter__"):
+        if not (caller.co_filename == _ABC and caller.co_name == "__iter__"):
             read.add(key)  # by name; a walk's reads are noted as the walk
         return getitem(self, key)
 
