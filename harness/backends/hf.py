@@ -95,6 +95,7 @@ class HFBackend(ChatBackend):
         widenable = widen and self.model.dtype == torch.bfloat16 and precision.method in widened_bf16.METHODS
         if widenable and widened_bf16.wanted(self.device) and widened_bf16.fits(self.model):
             widened_bf16.widen_when_decompressed(self.model)  # no bf16 instructions: float32's GEMM, bf16's values
+            shared_prefix.products_in_float32(self.model)  # and the decoding steps' attention products
         if precision.method == "cast" and self.device == "cpu":
             store_linear_weights_transposed(self.model)
         # FP8 tensor cores where the card has them; every other format (and FP8 elsewhere) runs emulated

@@ -17,6 +17,12 @@ Registered with transformers' AttentionInterface (and sdpa's mask builder), so t
 prefix reaches it as the ``shared_prefix`` keyword of the model's forward call, which transformers hands down to
 every attention call (no state outside the call). A layer marked by harness/backends/kv_cache.py finds its keys and
 values (the prefix's too) as an fp8 cache holds them.
+
+A layer marked by products_in_float32 (bf16 on a CPU without bf16 instructions, where its linear layers are widened:
+harness/backends/widened_bf16.py) multiplies a decoding step's bf16 queries, keys, scores and values by float32's
+GEMM and rounds each product to bf16, as torch's bf16 kernel does (exact products, float32 sums), only the order of
+the sums differing: there torch's bf16 batched matmul takes 15-20 times float32's time, and the step's products over
+the prefix cost as much as all its linear layers.
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ from transformers import AttentionInterface
 from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, sdpa_mask
 
 NAME = "numprec_shared_prefix"
+FLOAT32_PRODUCTS = "numprec_float32_products"  # set on each attention module whose decode products are widened
 
 
 def shared_prefix_attention(
@@ -52,7 +59,8 @@ def shared_prefix_attention(
         key, value = key[:, :, : attention_mask.shape[-1]], value[:, :, : attention_mask.shape[-1]]
     prefix = shared_prefix[module.layer_idx] if shared_prefix else None
     if prefix is not None and length == 1:
-        out = _one_query_over_the_prefix(query, key, value, attention_mask, scaling, prefix)
+        wide = getattr(module, FLOAT32_PRODUCTS, False)
+        out = _one_query_over_the_prefix(query, key, value, attention_mask, scaling, prefix, wide)
     else:
         if prefix is not None:
             # Many queries a row (a prompt's suffix): its own copy of the prefix's keys costs little next to them,
@@ -76,7 +84,23 @@ def _joined(prefix, key, value, attention_mask):
     return key, value, torch.cat([visible, attention_mask], dim=-1)
 
 
-def _one_query_over_the_prefix(query, key, value, attention_mask, scaling, prefix) -> torch.Tensor:
+def products_in_float32(model: torch.nn.Module) -> int:
+    """Mark every attention layer of ``model`` (those with a layer_idx and a k_proj) to take its decoding steps'
+    products through float32's GEMM; returns how many."""
+    marked = 0
+    for module in model.modules():
+        if hasattr(module, "layer_idx") and hasattr(module, "k_proj"):
+            setattr(module, FLOAT32_PRODUCTS, True)
+            marked += 1
+    return marked
+
+
+def _product(a: torch.Tensor, b: torch.Tensor, wide: bool) -> torch.Tensor:
+    """``a @ b``; where ``wide``, the same bf16 values multiplied by float32's GEMM and rounded once to their dtype."""
+    return (a.float() @ b.float()).to(a.dtype) if wide else a @ b
+
+
+def _one_query_over_the_prefix(query, key, value, attention_mask, scaling, prefix, wide) -> torch.Tensor:
     """A decoding step: rows folded into the matrix dimension, so one matmul per kv head reads the prefix once for
     all rows (joining the prefix to every row's keys would copy it B times a step), one softmax over both."""
     batch, heads, length, dim = query.shape
@@ -84,7 +108,7 @@ def _one_query_over_the_prefix(query, key, value, attention_mask, scaling, prefi
     groups = heads // kv_heads
     # Query heads j*groups .. (j+1)*groups-1 read kv head j (transformers' repeat_kv layout).
     q = query.reshape(batch, kv_heads, groups * length, dim)
-    own = (q @ key.transpose(-1, -2)).view(batch, kv_heads, groups, length, keys) * scaling
+    own = _product(q, key.transpose(-1, -2), wide).view(batch, kv_heads, groups, length, keys) * scaling
     if attention_mask is not None:
         mask = attention_mask[:, :, None]
         own = own.masked_fill(~mask, float("-inf")) if mask.dtype == torch.bool else own + mask
@@ -92,11 +116,13 @@ def _one_query_over_the_prefix(query, key, value, attention_mask, scaling, prefi
     prefix_key, prefix_value = prefix[0][0], prefix[1][0]  # [kv, P, D]
     split = prefix_key.shape[1]
     rows = q.transpose(0, 1).reshape(kv_heads, batch * groups * length, dim)
-    shared = (rows @ prefix_key.transpose(-1, -2)).view(kv_heads, batch, groups * length, split).transpose(0, 1)
+    shared = (
+        _product(rows, prefix_key.transpose(-1, -2), wide).view(kv_heads, batch, groups * length, split).transpose(0, 1)
+    )
     probs = torch.softmax(torch.cat([shared * scaling, own], dim=-1), dim=-1)
     weights = probs[..., :split].transpose(0, 1).reshape(kv_heads, batch * groups * length, split)
-    from_prefix = (weights @ prefix_value).view(kv_heads, batch, groups * length, dim).transpose(0, 1)
-    out = from_prefix + probs[..., split:] @ value
+    from_prefix = _product(weights, prefix_value, wide).view(kv_heads, batch, groups * length, dim).transpose(0, 1)
+    out = from_prefix + _product(probs[..., split:], value, wide)
     return out.view(batch, kv_heads, groups, length, dim).reshape(batch, heads, length, dim)
 
 

@@ -6,9 +6,11 @@ a bfloat16 number is a float32 one whose low 16 bits are zero, so a float32 copy
 product of two bf16 values is exact in float32, and torch's bf16 kernel sums those products in float32 too. Each
 layer here widens its bf16 input, multiplies it by the float32 copy of its weight and rounds the result to bfloat16,
 as the bf16 kernel does; only the order of the sums differs (tests/harness/backends/test_widened_bf16.py measures
-it). Everything between the linear layers stays bfloat16: embeddings, norms, attention, the residual stream. The
-price is memory: the linear weights are held in float32, twice their bf16 size (footprint_mb says it), so a model
-whose copies would not fit in the memory available keeps the bf16 kernel (``fits``).
+it). A decoding step's attention products over the shared prefix go the same way (harness/backends/shared_prefix.py:
+torch's bf16 batched matmul is slower still there). Everything between the products stays bfloat16: embeddings,
+norms, the scores and their softmax, the residual stream. The price is memory: the linear weights are held in
+float32, twice their bf16 size (footprint_mb says it), so a model whose copies would not fit in the memory available
+keeps the bf16 kernel (``fits``).
 
 NUMPREC_BF16_GEMM overrides what the CPU decides: "float32" takes float32's GEMM on any CPU, "native" torch's bf16
 kernel.

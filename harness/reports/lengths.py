@@ -205,5 +205,4 @@ def lengths_plot_png(rows, samples: Sequence[dict] = ()) -> bytes:
             box.set_xticks(range(1, len(shown) + 1), shown, rotation=30, ha="right", fontsize=7)
         box.set_ylabel("generated tokens per problem (5-95%)")
         box.grid(alpha=0.3, axis="y")
-    fig.tight_layout()
     return figure_png(fig)

@@ -11,7 +11,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from harness.backends import Sampling, widened_bf16
+from harness.backends import Sampling, shared_prefix, widened_bf16
 from harness.backends.hf import HFBackend
 from harness.core.errors import UserError
 from harness.core.machine import cpu_bf16_instructions
@@ -105,6 +105,37 @@ def test_the_widened_model_keeps_bf16_between_layers_and_answers_as_the_bf16_ker
     theirs = [g.text for g in native.generate(prompts, budget, Sampling.named("greedy"))]
     assert dtypes == {torch.bfloat16}
     assert sum(a == b for a, b in zip(ours, theirs, strict=True)) >= 3, list(zip(ours, theirs, strict=True))
+
+
+def test_a_decode_steps_attention_products_are_the_bf16_kernels_but_for_the_order_of_their_sums(
+    native_and_widened, monkeypatch
+):
+    """The widened model's attention layers take a decoding step's products (queries by keys, scores by values,
+    the shared prefix's and the rows' own) through float32's GEMM. On the steps of a real greedy batch, as the
+    native model computes them, each output is the bf16 kernels' or apart by a bf16 step (what rounding the
+    products once, after float32 sums in another order, may change), 99.9% bit-equal."""
+    native, widened = native_and_widened
+    attention = [m for m in widened.model.modules() if hasattr(m, "k_proj")]
+    assert len(attention) == 30 and all(getattr(m, shared_prefix.FLOAT32_PRODUCTS, False) for m in attention)
+    assert not any(getattr(m, shared_prefix.FLOAT32_PRODUCTS, False) for m in native.model.modules())
+    steps, one_query = [], shared_prefix._one_query_over_the_prefix
+
+    def recorded(*args):
+        steps.append(args)
+        return one_query(*args)
+
+    monkeypatch.setattr(shared_prefix, "_one_query_over_the_prefix", recorded)
+    _, prompts = prompts_for(native, Task("add"), 3, 8, seed=7)
+    native.generate(prompts, FIRST_LINE.budget(Task("add"), 10, 3, native.count_tokens), Sampling.named("greedy"))
+    assert len(steps) >= 30 and not any(args[-1] for args in steps), "the native model's steps, not widened"
+    equal = total = 0
+    for *args, _ in steps[::5]:
+        ours, theirs = one_query(*args, True), one_query(*args, False)
+        larger = torch.maximum(ours.double().abs(), theirs.double().abs())
+        apart = (ours.double() - theirs.double()).abs()
+        assert ours.dtype == torch.bfloat16 and (apart <= larger * 2**-6 + larger.max() * 2**-12).all()
+        equal, total = equal + int((apart == 0).sum()), total + apart.numel()
+    assert equal > 0.999 * total, f"{equal} of {total} equal"
 
 
 def test_the_columns_say_which_kernel_ran_and_what_it_held(native_and_widened):
