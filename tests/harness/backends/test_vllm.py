@@ -59,9 +59,10 @@ def in_process(tmp_path_factory) -> Path:
     return out
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def server():
-    """``python -m harness.serve --engine vllm`` on a free port; stopped with Ctrl-C, its console numprec's alone."""
+    """``python -m harness.serve --engine vllm`` on a free port; stopped with Ctrl-C, its console numprec's alone.
+    Stopped once this module's tests are done: idle, vLLM's CPU worker still spins (about 3 CPU-s a minute)."""
     port = free_port()
     process = subprocess.Popen(
         [sys.executable, "-m", "harness.serve", "--engine", "vllm", "--port", str(port)],
