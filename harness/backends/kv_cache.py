@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import torch
 
+from harness.backends.shared_prefix import mark_attention
+
 E4M3_MAX = 448.0
 KV_SCALE = 1.0
 ATTRIBUTE = "numprec_fp8_kv_cache"  # set on each attention module whose cache is fp8
@@ -30,12 +32,7 @@ def as_fp8_cache(states: torch.Tensor) -> torch.Tensor:
 
 def use_fp8_cache(model: torch.nn.Module) -> int:
     """Mark every attention layer of ``model`` (those with a layer_idx and a k_proj) to read its cache as fp8."""
-    marked = 0
-    for module in model.modules():
-        if hasattr(module, "layer_idx") and hasattr(module, "k_proj"):
-            setattr(module, ATTRIBUTE, True)
-            marked += 1
-    return marked
+    return mark_attention(model, ATTRIBUTE)
 
 
 def written_as_fp8(cache, model: torch.nn.Module):

@@ -84,15 +84,20 @@ def _joined(prefix, key, value, attention_mask):
     return key, value, torch.cat([visible, attention_mask], dim=-1)
 
 
-def products_in_float32(model: torch.nn.Module) -> int:
-    """Mark every attention layer of ``model`` (those with a layer_idx and a k_proj) to take its decoding steps'
-    products through float32's GEMM; returns how many."""
+def mark_attention(model: torch.nn.Module, attribute: str) -> int:
+    """Set ``attribute`` on every attention layer of ``model`` (those with a layer_idx and a k_proj), which this
+    attention function (or the cache it writes) reads; returns how many."""
     marked = 0
     for module in model.modules():
         if hasattr(module, "layer_idx") and hasattr(module, "k_proj"):
-            setattr(module, FLOAT32_PRODUCTS, True)
+            setattr(module, attribute, True)
             marked += 1
     return marked
+
+
+def products_in_float32(model: torch.nn.Module) -> int:
+    """Mark every attention layer of ``model`` to take its decoding steps' products through float32's GEMM."""
+    return mark_attention(model, FLOAT32_PRODUCTS)
 
 
 def _product(a: torch.Tensor, b: torch.Tensor, wide: bool) -> torch.Tensor:
