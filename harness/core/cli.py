@@ -53,7 +53,20 @@ def run(main: Callable[[Sequence[str] | None], int | None], argv: Sequence[str] 
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGINT, signal.default_int_handler)  # from here on Ctrl-C unwinds (finally blocks run)
     try:
-        code = main(argv)
+        code = _outcome(main, argv)
+    finally:
+        # A Ctrl-C that landed in code run from a string (the namedtuples a module defines as it imports) sets
+        # CPython's flag for an unhandled KeyboardInterrupt on its way out, whoever handles it after (here, or a
+        # command that stops on it); ``python -m`` would then end by SIGINT instead of the status decided here.
+        # Running a string clears the flag (CPython 3.11-3.13 alike; tests/test_interrupts.py).
+        exec("pass")
+    sys.exit(code or 0)
+
+
+def _outcome(main: Callable[[Sequence[str] | None], int | None], argv: Sequence[str] | None) -> int | None:
+    """main()'s exit status, or the exit its UserError, Ctrl-C or closed pipe asks for."""
+    try:
+        return main(argv)
     except UserError as err:
         print("error: " + " ".join(str(err).split("\n")), file=sys.stderr)
         sys.exit(2)
@@ -69,7 +82,6 @@ def run(main: Callable[[Sequence[str] | None], int | None], argv: Sequence[str] 
         if not _caused_by_interrupt(err):
             raise
         _interrupted(cleanly=False)
-    sys.exit(code or 0)
 
 
 def _caused_by_interrupt(err: BaseException) -> bool:
@@ -88,10 +100,6 @@ def _interrupted(cleanly: bool) -> NoReturn:
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(130)
-    # A Ctrl-C that landed in code run from a string (the namedtuples a module defines as it imports) sets CPython's
-    # flag for an unhandled KeyboardInterrupt on its way out, handled here or not; ``python -m`` would then end by
-    # SIGINT instead of 130. Running a string clears the flag (CPython 3.11-3.13 alike; tests/test_interrupts.py).
-    exec("pass")
     sys.exit(130)
 
 
