@@ -111,10 +111,40 @@ def test_a_ctrl_c_inside_code_run_from_a_string_ends_with_the_status_decided(bod
     one) sets CPython's flag for an unhandled KeyboardInterrupt on its way out, though it is handled after; ``python
     -m`` then ended by SIGINT (-2) whatever status was decided, after printing the line (a suite run beside two busy
     loops, 2026-12-02). Provoked here without timing: main() raises it inside exec."""
-    module = f"from harness.core.cli import run\n\n\ndef main(argv):\n    {body}\n\n\nrun(main)\n"
-    (tmp_path / "interrupted_in_exec.py").write_text(module)
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    command = [sys.executable, "-m", "interrupted_in_exec"]
-    result = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    result = run_command(tmp_path, f"def main(argv):\n    {body}\n")
     assert result.stderr.splitlines() == said, "the handler ran"
     assert result.returncode == code
+
+
+def test_a_ctrl_c_python_swallows_in_a_weakref_callback_still_stops_the_command(tmp_path):
+    """Python cannot raise out of a weakref callback: a Ctrl-C landing in one (importlib runs one for each module lock
+    at every import) was printed as "Exception ignored in ..." and the command went on to finish with status 0 (a CI
+    run's eval, 2026-12-02). Provoked here without timing: the callback itself raises the signal."""
+    main = """import signal, time, weakref
+
+
+class Held:
+    pass
+
+
+def main(argv):
+    held = Held()
+    ref = weakref.ref(held, lambda ref: (open("fired", "w").close(), signal.raise_signal(signal.SIGINT)))
+    del held
+    for _ in range(3000):  # 30 s at most
+        time.sleep(0.01)
+    print("finished the work")
+    return 0
+"""
+    result = run_command(tmp_path, main)
+    assert (tmp_path / "fired").exists(), "the callback ran and raised the signal"
+    assert result.stderr.splitlines() == [IN_MAIN] and result.returncode == 130, result.stderr[-2000:]
+    assert "finished" not in result.stdout
+
+
+def run_command(tmp_path, main: str) -> subprocess.CompletedProcess:
+    """``python -m`` a module whose main() is the given code, run as every command runs it (harness.core.cli.run)."""
+    (tmp_path / "a_command.py").write_text(f"from harness.core.cli import run\n\n\n{main}\n\nrun(main)\n")
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    command = [sys.executable, "-m", "a_command"]
+    return subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)

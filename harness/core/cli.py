@@ -7,11 +7,16 @@ duplicates; paths must be UTF-8; an output path must be writable.
 
 from __future__ import annotations
 
+import _thread
 import argparse
 import os
+import signal
 import sys
+import threading
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from types import FrameType
 from typing import Any, NoReturn
 
 from harness.core.bounds import parse_int_list, unique
@@ -47,20 +52,63 @@ class ArgParser(argparse.ArgumentParser):
 
 def run(main: Callable[[Sequence[str] | None], int | None], argv: Sequence[str] | None = None) -> None:
     """Run a command's main(); turn UserError into exit 2 and Ctrl-C into exit 130, both without traceback."""
-    import signal
-    import threading
-
+    previous_hook = sys.unraisablehook
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGINT, signal.default_int_handler)  # from here on Ctrl-C unwinds (finally blocks run)
+        sys.unraisablehook = _interrupts_delivered_again(previous_hook)
     try:
         code = _outcome(main, argv)
     finally:
-        # A Ctrl-C that landed in code run from a string (the namedtuples a module defines as it imports) sets
-        # CPython's flag for an unhandled KeyboardInterrupt on its way out, whoever handles it after (here, or a
-        # command that stops on it); ``python -m`` would then end by SIGINT instead of the status decided here.
-        # Running a string clears the flag (CPython 3.11-3.13 alike; tests/test_interrupts.py).
-        exec("pass")
+        sys.unraisablehook = previous_hook  # the work is over: nothing left for a swallowed Ctrl-C to stop
+        _clear_the_unhandled_interrupt_flag()
     sys.exit(code or 0)
+
+
+def _interrupts_delivered_again(previous: Callable[[Any], object]) -> Callable[[Any], object]:
+    """An unraisable-exception hook that raises a swallowed Ctrl-C again where the command runs.
+
+    Python cannot raise out of a weakref callback or a ``__del__``: a KeyboardInterrupt that lands there is printed
+    as "Exception ignored in ..." and the work goes on (importlib's module-lock callbacks run at every import; a CI
+    run's eval ignored its Ctrl-C there and finished with status 0). A signal tripped inside this hook would be
+    raised inside it, and lost again; a thread trips it once the main thread has left the hook. Other unraisable
+    exceptions go to the previous hook."""
+
+    def hook(unraisable: Any) -> None:
+        if issubclass(unraisable.exc_type, KeyboardInterrupt):
+            threading.Thread(target=_interrupt_once_out_of, args=(sys._getframe(),), daemon=True).start()
+        else:
+            previous(unraisable)
+
+    return hook
+
+
+def _interrupt_once_out_of(frame: FrameType) -> None:
+    main = threading.main_thread().ident
+    while _on_the_stack(frame, sys._current_frames().get(main)):
+        time.sleep(0.001)
+    _thread.interrupt_main()
+
+
+def _on_the_stack(frame: FrameType, top: FrameType | None) -> bool:
+    while top is not None:
+        if top is frame:
+            return True
+        top = top.f_back
+    return False
+
+
+def _clear_the_unhandled_interrupt_flag() -> None:
+    """A Ctrl-C that left code run from a string (the namedtuples a module defines as it imports) sets CPython's flag
+    for an unhandled KeyboardInterrupt, whoever handles it after (``_outcome``, or a command that stops on it);
+    ``python -m`` would then end by SIGINT instead of the status decided. Running a string clears the flag (CPython
+    3.11-3.13 alike; tests/test_interrupts.py). A Ctrl-C that arrives now, the work over, leaves the status as
+    decided; running the string again clears what it set."""
+    while True:
+        try:
+            exec("pass")
+            return
+        except KeyboardInterrupt:
+            continue
 
 
 def _outcome(main: Callable[[Sequence[str] | None], int | None], argv: Sequence[str] | None) -> int | None:
