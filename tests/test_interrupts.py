@@ -35,12 +35,6 @@ def interrupt(process: subprocess.Popen) -> tuple[int, list[str]]:
     return process.returncode, lines
 
 
-def interrupt_after(seconds: float, tmp_path, *args: str) -> tuple[int, list[str]]:
-    process = start(tmp_path, *args)
-    time.sleep(seconds)
-    return interrupt(process)
-
-
 def loading_torch(process: subprocess.Popen) -> bool:
     """True once the process has mapped libtorch: torch's import has begun (about a second of work remains), so
     the Ctrl-C lands in the heavy start-up, not in the interpreter's own first milliseconds, whatever the load."""
@@ -91,8 +85,13 @@ def test_the_commands_answered_in_main_import_torch_only_there():
 
 
 def test_ctrl_c_before_the_first_cell_leaves_no_run_directory(tmp_path):
-    args = ["harness.eval", "--tasks", "add", "--lengths", "1", "--samples", "64", "--out", "run"]
-    code, lines = interrupt_after(8, tmp_path, *args)  # imports done, the model loading or generating
+    process = start(tmp_path, "harness.eval", "--tasks", "add", "--lengths", "1", "--samples", "64", "--out", "run")
+    deadline = time.monotonic() + 120
+    while not (tmp_path / "run" / "run.json").exists() and process.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert (tmp_path / "run" / "run.json").exists(), "main() began the run"
+    time.sleep(5)  # main() importing torch, loading the model or generating; its first cell takes longer
+    code, lines = interrupt(process)
     assert code == 130 and lines[-1] == "interrupted: finished work is saved; rerun the same command to resume", lines
     assert not [line for line in lines if line.startswith("Traceback")], lines
     assert not (tmp_path / "run").exists(), "no cell finished: nothing to keep"
