@@ -26,6 +26,7 @@ SLOW_MODULES = {
     "tests/bench/test_decode.py",
     "tests/finetune/test_train.py",
     "tests/harness/backends/test_api.py",
+    "tests/harness/backends/test_api_evidence.py",
     "tests/harness/models/test_autoawq.py",
     "tests/harness/backends/test_backend.py",
     "tests/harness/runs/test_eval.py",

@@ -3,7 +3,7 @@ numprec's own lines only (tests/console.py lists their formats); --verbose shows
 
 Commands whose happy paths other tests already run as processes check their consoles there: harness.eval
 (tests/harness/runs/test_eval.py), harness.quantize (tests/harness/conftest.py), harness.serve
-(tests/harness/backends/test_api.py), finetune.train (tests/finetune/test_train.py), scratch.sweep
+(tests/harness/backends/conftest.py), finetune.train (tests/finetune/test_train.py), scratch.sweep
 (tests/scratch/test_sweep.py), bench.run (tests/bench/test_run.py). Those may be forked from a warm interpreter that
 has imported torch and transformers already (tests/warm.py); the commands here run in fresh interpreters, so what
 those two print while they are imported is checked here."""

@@ -12,7 +12,7 @@ import pytest
 
 from harness.core.cli import run
 from harness.core.lock import NOTE, DirectoryLock
-from tests.test_bad_input import OK_FINETUNE, OK_SCRATCH, OK_SWEEP
+from tests.bad_input.runs import OK_FINETUNE, OK_SCRATCH, OK_SWEEP
 
 FINETUNE = OK_FINETUNE + "train: {logging_steps: 1, save_steps: 1}\n"
 COMMANDS = [
