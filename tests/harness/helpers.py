@@ -1,5 +1,6 @@
 """Run the project's commands as a user would: a real subprocess, offline."""
 
+import csv
 import os
 import subprocess
 import sys
@@ -76,6 +77,13 @@ def run_module(
         cwd=cwd,
         env=full_env,
     )
+
+
+def csv_rows(path: Path) -> list[dict]:
+    """A CSV file the commands wrote (results.csv, comparisons.csv ...) as the csv module reads it: a dict a row,
+    every value text."""
+    with open(path, newline="") as handle:
+        return list(csv.DictReader(handle))
 
 
 def assert_user_error(result: subprocess.CompletedProcess, *fragments: str) -> None:

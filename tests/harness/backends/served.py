@@ -4,7 +4,6 @@ run wrote. The server itself is one for the tests of group "api" (tests/harness/
 
 from __future__ import annotations
 
-import csv
 import json
 import os
 import signal
@@ -93,16 +92,11 @@ def api(base: str, *extra: str, grid: list[str] = SMALL) -> list[str]:
     return ["--backend", "api", "--api-base", base, "--precision", "gguf-q4_1", *PROMPT, *grid, *extra]
 
 
-def rows(out: Path) -> list[dict]:
-    with open(out / "results.csv", newline="") as handle:
-        return list(csv.DictReader(handle))
-
-
 def requests_per_problem(run: Path) -> list[int]:
     """Completion requests each problem took, in the order sent at concurrency 1: a completion whose first line is
     blank is continued, one more request per leading newline (the server stops at a newline). Which ones are is the
     model's output on this CPU, so it is read from a clean run's journal."""
-    texts = [json.loads(line)["text"] for line in (run / "responses.jsonl").read_text().splitlines()]
+    texts = [entry["text"] for entry in journal(run)]
     return [1 + text[: len(text) - len(text.lstrip())].count("\n") for text in texts]
 
 

@@ -15,8 +15,8 @@ import pytest
 
 from harness.diff import by_problem, same_output
 from tests.api_proxy import FaultProxy
-from tests.harness.backends.served import GRID, PROMPT, Server, api, evaluate, requests_per_problem, rows
-from tests.harness.helpers import ROOT, command_env, free_port, run_module
+from tests.harness.backends.served import GRID, PROMPT, Server, api, evaluate, requests_per_problem
+from tests.harness.helpers import ROOT, command_env, csv_rows, free_port, run_module
 
 # One xdist worker runs the modules of group "api": one server for both (conftest.py).
 pytestmark = pytest.mark.xdist_group("api")
@@ -44,7 +44,7 @@ def test_completions_mode_gives_the_in_process_llamacpp_answers(clean_run, tmp_p
         (here[key]["output"], served[key]["output"]) for key in served if not same_output(served[key], here[key])
     ]
     assert not differing, differing
-    row = rows(clean_run)[0]
+    row = csv_rows(clean_run / "results.csv")[0]
     assert (row["backend"], row["precision_source"], row["served_model"], row["request_mode"]) == (
         "api",
         "declared",
@@ -70,7 +70,7 @@ def test_chat_mode_and_two_replicas(server, tmp_path, capsys):
         assert code == 0, err
         assert 0 < proxy.forwarded < 5, "each replica took some of the 5 requests"
         assert proxy.bodies and all(b["chat_template_kwargs"] == {"enable_thinking": False} for b in proxy.bodies)
-    assert {row["request_mode"] for row in rows(tmp_path / "chat")} == {"chat"}
+    assert {row["request_mode"] for row in csv_rows(tmp_path / "chat" / "results.csv")} == {"chat"}
 
 
 # Each of the five requests meets one fault, then its retry goes through.
@@ -148,7 +148,8 @@ def test_the_server_killed_mid_cell_and_started_again(clean_small, tmp_path):
     ours, clean = by_problem(out), by_problem(clean_small)
     assert all(same_output(ours[key], clean[key]) for key in clean)
     keep = ("model", "precision", "task", "length", "n", "correct", "accuracy", "ci_low", "ci_high", "no_answer")
-    assert [{k: r[k] for k in keep} for r in rows(out)] == [{k: r[k] for k in keep} for r in rows(clean_small)]
+    our_cells, clean_cells = csv_rows(out / "results.csv"), csv_rows(clean_small / "results.csv")
+    assert [{k: r[k] for k in keep} for r in our_cells] == [{k: r[k] for k in keep} for r in clean_cells]
 
 
 def test_bad_endpoints_are_one_line_before_any_work(server, tmp_path, capsys):

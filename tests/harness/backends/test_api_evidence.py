@@ -13,7 +13,8 @@ import pytest
 from harness.backends.api import entry_digest
 from harness.diff import by_problem, same_output
 from tests.api_proxy import FaultProxy
-from tests.harness.backends.served import TWO, Server, api, evaluate, journal, requests_per_problem, rows
+from tests.harness.backends.served import TWO, Server, api, evaluate, journal, requests_per_problem
+from tests.harness.helpers import csv_rows
 
 pytestmark = pytest.mark.xdist_group("api")  # the server of group "api" (conftest.py)
 
@@ -37,11 +38,11 @@ def test_a_reply_from_another_model_is_refused_unless_declared(server, tmp_path,
         proxy.answer_as = "smollm2-2024-07-18"  # a dated snapshot of the asked name is the same model
         code, err = evaluate(tmp_path / "dated", *api(proxy.url, "--concurrency", "1", grid=TWO), capsys=capsys)
         assert code == 0, err
-    assert {row["served_model"] for row in rows(out)} == {"gpt-4o-mini"}
+    assert {row["served_model"] for row in csv_rows(out / "results.csv")} == {"gpt-4o-mini"}
     assert {entry["model"] for entry in journal(out)} == {"gpt-4o-mini"}
     assert json.loads((out / "run.json").read_text())["invocations"][-1]["spec"]["api_accept_model"] == "gpt-4o-mini"
     assert "model gpt-4o-mini at" in (out / "summary.md").read_text()
-    assert {row["served_model"] for row in rows(tmp_path / "dated")} == {"smollm2-2024-07-18"}
+    assert {row["served_model"] for row in csv_rows(tmp_path / "dated" / "results.csv")} == {"smollm2-2024-07-18"}
 
 
 def test_a_resume_against_another_server_is_refused_then_recorded_with_the_flag(server, tmp_path, capsys):
@@ -63,7 +64,7 @@ def test_a_resume_against_another_server_is_refused_then_recorded_with_the_flag(
         code, err = evaluate(out, *api(second.url, "--concurrency", "1", "--api-allow-other-endpoint"), capsys=capsys)
         assert code == 0, err
         assert second.forwarded >= 1
-    (row,) = rows(out)
+    (row,) = csv_rows(out / "results.csv")
     assert row["endpoint"] == ",".join(sorted([first.url, second.url])), "the cell names both endpoints"
     assert "answered by several endpoints" in (out / "summary.md").read_text()
 
@@ -102,7 +103,7 @@ def test_null_text_is_retried_and_a_runaway_reply_is_cut(server, tmp_path, capsy
         code, err = evaluate(out, *api(proxy.url, "--concurrency", "1", "--api-retries", "2"), capsys=capsys)
         assert code == 0, err
         assert not proxy.faults
-    (row,) = rows(out)
+    (row,) = csv_rows(out / "results.csv")
     assert row["cut_replies"] == "1"
     for name in ("responses.jsonl", "samples.jsonl"):
         assert (out / name).stat().st_size < 100_000, f"{name} keeps the cut reply, not 5 MB"

@@ -4,7 +4,6 @@ behind the api backend against the in-process engine. Requests go to 127.0.0.1 o
 
 from __future__ import annotations
 
-import csv
 import platform
 import signal
 import subprocess
@@ -20,7 +19,7 @@ from harness.models import precision_registry
 from harness.models.weights import has_cuda
 from harness.serve import wait_until_serving
 from tests.console import foreign_lines
-from tests.harness.helpers import ROOT, assert_user_error, command_env, free_port, require_vllm, run_module
+from tests.harness.helpers import ROOT, assert_user_error, command_env, csv_rows, free_port, require_vllm, run_module
 
 pytestmark = pytest.mark.xdist_group("vllm")  # one worker: one engine and one server at a time
 
@@ -36,11 +35,6 @@ def evaluate(out: Path, *args: str) -> subprocess.CompletedProcess:
     result = run_module("harness.eval", *GRID, *args, "--out", str(out), timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     return result
-
-
-def rows(out: Path) -> list[dict]:
-    with open(out / "results.csv", newline="") as handle:
-        return list(csv.DictReader(handle))
 
 
 def differing(first: Path, second: Path) -> list[tuple[str, str]]:
@@ -91,7 +85,7 @@ def test_vllm_answers_what_transformers_answers_in_fp32(in_process, tmp_path):
     local = tmp_path / "hf"
     evaluate(local, "--backend", "hf")
     assert not differing(local, in_process)
-    row = rows(in_process)[0]
+    row = csv_rows(in_process / "results.csv")[0]
     assert row["backend"] == "vllm" and row["matmul_precision"] == "ieee fp32"
     assert row["kernel"].startswith("vllm 0.32.0 on cpu (float32, eager); attention CPU_ATTN; linear dense"), row
     assert int(row["gen_tokens"]) > 0 and float(row["tokens_per_s"]) > 0
@@ -103,7 +97,8 @@ def test_the_served_engine_answers_what_the_in_process_one_does(in_process, serv
     served = tmp_path / "served"
     evaluate(served, "--backend", "api", "--api-base", server, "--concurrency", "4")
     assert not differing(in_process, served)
-    assert {(row["served_model"], row["request_mode"]) for row in rows(served)} == {("smollm2", "completions")}
+    answered_as = {(row["served_model"], row["request_mode"]) for row in csv_rows(served / "results.csv")}
+    assert answered_as == {("smollm2", "completions")}
 
 
 def test_chat_mode_sends_the_thinking_switch_vllm_takes(server, tmp_path):
@@ -112,8 +107,8 @@ def test_chat_mode_sends_the_thinking_switch_vllm_takes(server, tmp_path):
     out = tmp_path / "chat"
     chat = ["--api-endpoint", "chat", "--thinking", "off", "--tasks", "add", "--lengths", "1"]
     evaluate(out, "--backend", "api", "--api-base", server, *chat)
-    assert {row["request_mode"] for row in rows(out)} == {"chat"}
-    assert sum(int(row["n"]) for row in rows(out)) == 4
+    assert {row["request_mode"] for row in csv_rows(out / "results.csv")} == {"chat"}
+    assert sum(int(row["n"]) for row in csv_rows(out / "results.csv")) == 4
 
 
 def test_a_python_without_vllm_is_one_line(tmp_path):

@@ -5,7 +5,6 @@ made, and a format vLLM's CPU build has no kernel for, are one line."""
 
 from __future__ import annotations
 
-import csv
 import json
 from pathlib import Path
 
@@ -19,7 +18,7 @@ from harness.models.stored_bits import stored_tensors
 from harness.recipes.groups import KINDS
 from harness.recipes.recipe_file import recipe_text
 from tests.devices import HAS_CUDA
-from tests.harness.helpers import assert_user_error, needs_quantize_env, require_vllm, run_module
+from tests.harness.helpers import assert_user_error, csv_rows, needs_quantize_env, require_vllm, run_module
 
 pytestmark = [needs_quantize_env, pytest.mark.xdist_group("vllm"), pytest.mark.slow]
 
@@ -56,11 +55,6 @@ def evaluate(model_path: Path, out: Path, *extra: str):
     return run_module("harness.eval", *grid, "--model-path", str(model_path), *extra, "--out", str(out), timeout=600)
 
 
-def rows(out: Path) -> list[dict]:
-    with open(out / "results.csv", newline="") as handle:
-        return list(csv.DictReader(handle))
-
-
 def test_harness_quantize_stores_each_layer_in_its_groups_format(nvfp4_mix):
     """The checkpoint's config groups are the recipe's, each layer stored in its group's format (FP8 codes for the
     kept layers, packed FP4 codes with their scales for the rest), and read back as the same mix."""
@@ -83,7 +77,7 @@ def test_harness_quantize_stores_each_layer_in_its_groups_format(nvfp4_mix):
 def test_transformers_runs_a_mix_and_its_rows_name_it(nvfp4_mix, tmp_path):
     result = evaluate(nvfp4_mix, tmp_path / "run")
     assert result.returncode == 0, result.stderr[-3000:]
-    (row,) = rows(tmp_path / "run")
+    (row,) = csv_rows(tmp_path / "run" / "results.csv")
     mix = read_checkpoint(nvfp4_mix).mix
     assert row["precision"] == mix.label and row["precision"].startswith("nvfp4-mix-")
     assert row["mix"] == f"nvfp4, fp8-dynamic in 4 of 28 layers, {mix.bits:.2f} bits; lm_head unquantized"
@@ -139,7 +133,7 @@ def test_vllm_runs_a_mix_it_has_kernels_for_and_checks_each_layer(fp8_mix, tmp_p
     checkpoint = read_checkpoint(fp8_mix)
     result = evaluate(fp8_mix, tmp_path / "run", "--backend", "vllm")
     assert result.returncode == 0, result.stderr[-3000:]
-    (row,) = rows(tmp_path / "run")
+    (row,) = csv_rows(tmp_path / "run" / "results.csv")
     assert row["precision"] == checkpoint.mix.label and row["mix"].startswith("fp8-dynamic, unquantized in 4 of 28")
     assert "each of the mix's 29 layers loaded as declared" in row["kernel"], row["kernel"]
     loaded = loaded_layers(tmp_path / "run", row)

@@ -1,6 +1,5 @@
 """harness.eval as a user runs it: a real subprocess on the real default model."""
 
-import csv
 import json
 import os
 import signal
@@ -16,7 +15,7 @@ from harness.runs.results import COLUMNS
 from harness.scoring import RULES
 from tests.console import assert_numprec_console
 from tests.devices import HAS_CUDA
-from tests.harness.helpers import ROOT, assert_user_error, command_env, run_module
+from tests.harness.helpers import ROOT, assert_user_error, command_env, csv_rows, run_module
 
 REQUIRED = [
     "model",
@@ -34,11 +33,6 @@ REQUIRED = [
     "ci_high",
     "seed",
 ]
-
-
-def read_rows(path):
-    with open(path, newline="") as handle:
-        return list(csv.DictReader(handle))
 
 
 def test_run_directory_holds_every_output(tmp_path):
@@ -62,7 +56,7 @@ def test_run_directory_holds_every_output(tmp_path):
     )
     assert result.returncode == 0, result.stderr
     assert_numprec_console(result)
-    rows = read_rows(out / "results.csv")
+    rows = csv_rows(out / "results.csv")
     assert list(rows[0]) == COLUMNS and set(REQUIRED) <= set(COLUMNS)
     assert [(r["precision"], r["task"], r["length"]) for r in rows] == [
         ("fp32", "add", "1"),
@@ -103,12 +97,12 @@ def test_run_directory_holds_every_output(tmp_path):
     assert "| smollm2 fp32 | smollm2 bf16 |" in summary and "GPT-4o (paper)" in summary
     assert "python -m harness.eval --model smollm2" in summary, "the summary names the command that made it"
     assert "## Paired comparisons against smollm2 fp32" in summary and "## Batch-size invariance" in summary
-    comparisons = read_rows(out / "comparisons.csv")
+    comparisons = csv_rows(out / "comparisons.csv")
     assert [(c["variant"], c["task"], c["length"], c["n"]) for c in comparisons] == [
         ("smollm2 bf16", "add", "1", "4"),
         ("smollm2 bf16", "mul", "1", "4"),
     ]
-    anatomy = read_rows(out / "anatomy.csv")
+    anatomy = csv_rows(out / "anatomy.csv")
     assert {a["kind"] for a in anatomy} == {"carry_chain", "digit_position"}
     assert sum(int(a["n"]) for a in anatomy if a["kind"] == "carry_chain") == 16
     assert matplotlib.image.imread(out / "error_anatomy.png").shape[0] > 300
@@ -159,7 +153,7 @@ def start_eval_until_a_cell_is_saved(args: list[str], results, capture: bool) ->
     )
     deadline = time.time() + 600
     while time.time() < deadline and process.poll() is None:
-        if results.exists() and len(read_rows(results)) >= 1:
+        if results.exists() and len(csv_rows(results)) >= 1:
             break
         time.sleep(0.2)
     return process
@@ -175,7 +169,7 @@ def test_resume_after_kill_loses_no_finished_cell(tmp_path):
     assert process.poll() is None, "the run should still be going when it is killed"
     os.kill(process.pid, signal.SIGKILL)
     process.wait()
-    before = read_rows(results)
+    before = csv_rows(results)
     assert 1 <= len(before) < 3
     cells_before = {(r["task"], r["length"]) for r in before}
     samples_before = [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()]
@@ -184,7 +178,7 @@ def test_resume_after_kill_loses_no_finished_cell(tmp_path):
     resumed = run_module("harness.eval", *args)
     assert resumed.returncode == 0, resumed.stderr
     assert f"{len(before)} of 3 cells already done" in resumed.stderr
-    after = read_rows(results)
+    after = csv_rows(results)
     assert [(r["task"], r["length"]) for r in after] == [("add", "1"), ("add", "2"), ("add", "3")]
     assert after[: len(before)] == before, "finished cells are kept as they were, not recomputed"
     assert len((out / "samples.jsonl").read_text().splitlines()) == 12
@@ -213,6 +207,6 @@ def test_ctrl_c_keeps_finished_cells_and_exits_130(tmp_path):
     assert process.returncode == 130, stderr
     assert "Traceback" not in stderr
     assert stderr.strip().splitlines()[-1].startswith("interrupted: finished work is saved")
-    rows = read_rows(results)
+    rows = csv_rows(results)
     assert rows and rows[0]["length"] == "1" and len(rows) < 9
     assert not list(out.glob(".*.tmp"))

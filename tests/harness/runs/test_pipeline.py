@@ -1,12 +1,12 @@
 """Everything above the backends (planning, scoring, results, resume, comparisons, flips, reports) on a scripted
 backend: answers are known in advance, so every count is asserted exactly, in milliseconds."""
 
-import csv
 import json
 
 from harness.backends.scripted import ScriptedBackend
 from harness.eval import evaluate
 from harness.runs.config import build_spec, load_config
+from tests.harness.helpers import csv_rows
 
 
 def gold(expression: str) -> int:
@@ -30,11 +30,6 @@ def script(precision: str):
         return f"{expression} = {value}"
 
     return answer
-
-
-def read(path):
-    with open(path, newline="") as handle:
-        return list(csv.DictReader(handle))
 
 
 def run(out, invariance_check=0, loads=None, samples=12, batch_size=None):
@@ -63,7 +58,7 @@ def run(out, invariance_check=0, loads=None, samples=12, batch_size=None):
 def test_every_count_is_what_the_script_answered(tmp_path):
     out = tmp_path / "run"
     run(out, invariance_check=5)
-    rows = read(out / "results.csv")
+    rows = csv_rows(out / "results.csv")
     samples = [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()]
     assert len(rows) == 8 and len(samples) == 96
     for row in rows:
@@ -83,7 +78,7 @@ def test_every_count_is_what_the_script_answered(tmp_path):
             assert (row["flip_k"], row["flip_outputs"], row["flip_verdicts"]) == ("5", str(flips), str(flips))
     rules = {s["rule"] for s in samples}
     assert rules == {"equals", "none: no answer stated"}
-    comparisons = read(out / "comparisons.csv")
+    comparisons = csv_rows(out / "comparisons.csv")
     assert {(c["baseline"], c["variant"]) for c in comparisons} == {("smollm2 fp32", "smollm2 bf16")}
     assert all(c["only_baseline"] == c["only_variant"] == "0" and c["p_value"] == "1.0" for c in comparisons)
     summary = (out / "summary.md").read_text()
@@ -101,13 +96,13 @@ def test_the_invariance_check_compares_two_batch_sizes_even_at_batch_size_1(tmp_
         for sample in map(json.loads, (out / "samples.jsonl").read_text().splitlines()):
             key = (sample["precision"], sample["task"], str(sample["length"]))
             samples_by_cell.setdefault(key, []).append(gold(sample["expression"]))
-        for row in read(out / "results.csv"):
+        for row in csv_rows(out / "results.csv"):
             first = samples_by_cell[(row["precision"], row["task"], row["length"])][:5]
             flips = sum(v % 3 == 0 and v % 10 != 7 for v in first) if row["precision"] == "bf16" else 0
             assert row["flip_batch"] == "2", "generated alone, so checked in a batch of two"
             expected = (str(len(first)), str(flips), str(flips))
             assert (row["flip_k"], row["flip_outputs"], row["flip_verdicts"]) == expected
-        caught = sum(int(r["flip_verdicts"]) for r in read(out / "results.csv"))
+        caught = sum(int(r["flip_verdicts"]) for r in csv_rows(out / "results.csv"))
         assert caught > 0 or samples == 1, "the 12-problem cells hold multiples of 3 among their first 5"
 
 

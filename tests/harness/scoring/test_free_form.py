@@ -3,7 +3,6 @@ by their final-answer formats and cut by their budget; several seeds, per seed a
 
 from __future__ import annotations
 
-import csv
 import json
 import re
 
@@ -13,6 +12,7 @@ from harness.backends.scripted import ScriptedBackend
 from harness.eval import evaluate
 from harness.rescore import main as rescore
 from harness.runs.config import build_spec, load_config
+from tests.harness.helpers import csv_rows
 
 
 def gold(expression: str) -> int:
@@ -42,11 +42,6 @@ def thinking_script(message: str, rows: int) -> str:
         return "<think>" + " hmm" * 400
     thinking = f"<think>\nLet me see: {expression} = {value + 1}? No, carry again.\n</think>\n"
     return thinking + FORMATS[number % len(FORMATS)](expression, value)
-
-
-def read(path):
-    with open(path, newline="") as handle:
-        return list(csv.DictReader(handle))
 
 
 def run(out, script=thinking_script, seeds=None, samples=10, interrupt_after=None, tasks=("add", "mul"), **settings):
@@ -95,7 +90,7 @@ def test_free_form_answers_are_read_after_the_thinking_in_every_format(tmp_path)
             assert sample["rule"] in ("final", "boxed", "json", "equals"), sample["rule"]
             assert sample["thinking_tokens"] > 0 and sample["tokens"] > sample["thinking_tokens"]
             assert "</think>" in sample["output"], "the thinking is kept in the sample"
-    rows = read(out / "results.csv")
+    rows = csv_rows(out / "results.csv")
     assert {row["answer_mode"] for row in rows} == {"free-form:200:</think>"} and {r["prompt_style"] for r in rows} == {
         "cot"
     }
@@ -121,7 +116,7 @@ def test_the_paired_lengths_say_which_series_thinks_longer(tmp_path):
 
     out = tmp_path / "run"
     run(out, {"fp32": thinking_script, "bf16": longer}, samples=30, tasks=["add"], max_new_tokens=2000)
-    (row,) = read(out / "lengths.csv")
+    (row,) = csv_rows(out / "lengths.csv")
     assert row["baseline"] == "smollm2 fp32" and row["variant"] == "smollm2 bf16"
     assert float(row["difference"]) > 15 and float(row["p_holm"]) < 0.05, row
 
@@ -129,14 +124,14 @@ def test_the_paired_lengths_say_which_series_thinks_longer(tmp_path):
 def test_several_seeds_give_rows_per_seed_pooled_rows_and_pooled_comparisons(tmp_path):
     out = tmp_path / "run"
     run(out, seeds=[0, 1, 2])
-    rows = read(out / "results.csv")
+    rows = csv_rows(out / "results.csv")
     assert len(rows) == 3 * 8 and {row["seed"] for row in rows} == {"0", "1", "2"}
     samples = [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()]
     by_seed = {
         seed: [s["expression"] for s in samples if s["seed"] == seed and s["precision"] == "fp32"] for seed in (0, 1, 2)
     }
     assert by_seed[0] != by_seed[1] != by_seed[2], "each seed draws its own problems"
-    pooled = read(out / "pooled.csv")
+    pooled = csv_rows(out / "pooled.csv")
     assert len(pooled) == 8
     for line in pooled:
         own = [
@@ -147,7 +142,7 @@ def test_several_seeds_give_rows_per_seed_pooled_rows_and_pooled_comparisons(tmp
         assert int(line["n"]) == 30 and int(line["correct"]) == sum(int(r["correct"]) for r in own)
         accuracies = [int(r["correct"]) / 10 for r in own]
         assert float(line["seed_lowest"]) == pytest.approx(min(accuracies)) and line["seeds"] == "0,1,2"
-    comparisons = [c for c in read(out / "comparisons.csv") if c["length"] != "all"]
+    comparisons = [c for c in csv_rows(out / "comparisons.csv") if c["length"] != "all"]
     assert {int(c["n"]) for c in comparisons} == {30}, "pairs pooled over the three seeds"
     assert "seeds 0, 1, 2 (pooled: counts summed)" in (out / "summary.md").read_text()
 
@@ -161,12 +156,12 @@ def test_a_run_of_several_seeds_resumes_mid_seed(tmp_path):
         run(
             stopped, seeds=[0, 1, 2], samples=4, interrupt_after=4 * 8 + 16 + 3
         )  # seed 0, then seed 1 at fp32, then stopped
-    partial = read(stopped / "results.csv")
+    partial = csv_rows(stopped / "results.csv")
     assert {row["seed"] for row in partial} == {"0", "1"} and len(partial) == 12
     run(stopped, seeds=[0, 1, 2], samples=4)
     keep = ("precision", "task", "length", "seed", "n", "correct")
     key = lambda rows: sorted(tuple(r[k] for k in keep) for r in rows)  # noqa: E731
-    assert key(read(stopped / "results.csv")) == key(read(whole / "results.csv"))
+    assert key(csv_rows(stopped / "results.csv")) == key(csv_rows(whole / "results.csv"))
     assert sorted((stopped / "samples.jsonl").read_text().splitlines()) == sorted(
         (whole / "samples.jsonl").read_text().splitlines()
     )
