@@ -20,8 +20,7 @@ from harness.models.weights import default_tokenizer_dir
 from harness.questions.problems import Task, generate
 from harness.questions.prompts import user_message
 from tests.devices import HAS_CUDA
-from tests.harness.helpers import assert_user_error, needs_quantize_env, run_module
-from tests.harness.runs.test_eval import read_rows
+from tests.harness.helpers import assert_user_error, csv_rows, needs_quantize_env, run_module
 from tests.tiny import linear_bytes_per_weight
 
 # One xdist worker runs the modules of group "quantized": they share the session's quantized checkpoints
@@ -172,7 +171,7 @@ def test_harness_quantize_awq_writes_a_checkpoint_harness_eval_runs(awq_checkpoi
     result = run_module("harness.eval", *args, "--samples", "8", "--out", str(out))
     assert result.returncode == 0, result.stderr
     assert "GPT-QModel" not in result.stdout + result.stderr, "gptqmodel's banner is kept quiet"
-    (row,) = read_rows(out / "results.csv")
+    (row,) = csv_rows(out / "results.csv")
     assert (row["method"], row["weight_bits"], row["group_size"]) == ("awq", "4", "64")
     assert row["kernel"].startswith("gptqmodel.") and (row["kernel"] in CPU_KERNELS) != HAS_CUDA
     assert row["activation_dtype"] == ("float16" if HAS_CUDA else "bfloat16"), "what gptqmodel's kernel computes in"

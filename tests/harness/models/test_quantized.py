@@ -13,8 +13,7 @@ from harness.models import get_model, get_precision
 from harness.models.weights import variant_weights
 from harness.questions.problems import Task, generate
 from harness.questions.prompts import user_message
-from tests.harness.helpers import ROOT, assert_user_error, needs_quantize_env, require_vllm, run_module
-from tests.harness.runs.test_eval import read_rows
+from tests.harness.helpers import ROOT, assert_user_error, csv_rows, needs_quantize_env, require_vllm, run_module
 
 # One xdist worker runs the modules of group "quantized": they share the session's quantized checkpoints
 # (tests/harness/conftest.py), which each worker would otherwise make again.
@@ -41,7 +40,7 @@ def test_every_cpu_variant_is_evaluated_with_its_quantization_recorded(tmp_path)
         str(out),
     )
     assert result.returncode == 0, result.stderr
-    rows = {row["precision"]: row for row in read_rows(out / "results.csv")}
+    rows = {row["precision"]: row for row in csv_rows(out / "results.csv")}
     assert set(rows) == {"fp32", *QUANTIZED_ON_CPU}
     expected = {  # precision: (method, weight bits, backend)
         "fp32": ("cast", "32", "hf"),
@@ -146,7 +145,7 @@ def test_gptq_checkpoint_is_4bit_and_is_evaluated(gptq_checkpoint, tmp_path):
         str(out),
     )
     assert result.returncode == 0, result.stderr
-    (row,) = read_rows(out / "results.csv")
+    (row,) = csv_rows(out / "results.csv")
     assert (row["method"], row["weight_bits"], row["group_size"], row["activation_dtype"]) == (
         "gptq",
         "4",
@@ -212,7 +211,7 @@ def test_vllm_runs_the_gptq_checkpoint_with_its_int4_kernel(gptq_checkpoint, tmp
         assert not out.exists()
         return
     assert result.returncode == 0, result.stderr[-3000:]
-    (row,) = read_rows(out / "results.csv")
+    (row,) = csv_rows(out / "results.csv")
     assert row["backend"] == "vllm" and row["activation_dtype"] == "bfloat16"
     kernel = "CPUWNA16LinearKernel" if not torch.cuda.is_available() else "Linear"
     assert "linear CompressedTensorsWNA16 / " in row["kernel"] and kernel in row["kernel"], row["kernel"]
