@@ -141,6 +141,7 @@ def test_the_table_holds_every_group_two_ways_and_a_killed_one_resumes(cache, tm
     assert len(before) >= 8, "the table was being written when the kill came"
     code, err, said = with_cache(cache, "harness.sensitivity", sensitivity(out), capsys)
     assert code == 0, err
+    assert any(line.startswith("scoring 16 groups two ways") for line in err), "the rest of the table shows progress"
     table = rows(out)
     configurations = 2 + 2 * 4 * 4  # the uniform two, then the small Llama's 16 groups two ways (lm_head unquantized)
     assert len({(row["group"], row["scoring"]) for row in table}) == configurations
@@ -155,6 +156,7 @@ def test_the_table_holds_every_group_two_ways_and_a_killed_one_resumes(cache, tm
     assert (out / "heatmap.png").read_bytes()[:4] == b"\x89PNG" and "restoring one group buys most" in said
     again = with_cache(cache, "harness.sensitivity", sensitivity(out), capsys)
     assert again[0] == 0 and rows(out) == table, "a finished table is reused, not scored again"
+    assert not any("groups two ways" in line for line in again[1]), "no bar where nothing is left to score"
 
 
 def test_a_budget_writes_a_recipe_whose_layers_match_its_groups_and_bits(cache, tmp_path, capsys):
