@@ -172,12 +172,14 @@ def calibration_progress(description: str):
     original = tqdm_module.tqdm.__init__
 
     def quiet_init(bar, *args, **kwargs):
+        if kwargs.get("desc") == description:  # numprec's own bar, opened just below: on, whatever TQDM_DISABLE says
+            original(bar, *args, **kwargs)
+            return
         match = re.match(r"\((\d+)/(\d+)\): Calibrating", str(kwargs.get("desc", "")))
         if match:
             if not bars:
-                bars.append(
-                    tqdm_module.tqdm(total=int(match[2]), desc=description, unit="layer group", file=sys.stderr)
-                )
+                own = {"unit": "layer group", "file": sys.stderr, "disable": False}
+                bars.append(tqdm_module.tqdm(total=int(match[2]), desc=description, **own))
             bars[0].update(int(match[1]) - 1 - bars[0].n)
         original(bar, *args, **{**kwargs, "disable": True})
 

@@ -1,3 +1,5 @@
+import re
+
 import pytest
 
 from tests.console import assert_numprec_console
@@ -41,6 +43,8 @@ def quantized_checkpoint(tmp_path_factory, model_path, method: str, samples: int
     )
     assert result.returncode == 0, result.stderr[-3000:]
     assert_numprec_console(result)
+    # calibration shows its progress: numprec's one bar over llm-compressor's layer groups, through to the last
+    assert re.search(r"calibrating smollm2 \(.+\): 100%\|", result.stderr), result.stderr[-2000:]
     return out
 
 
