@@ -50,11 +50,12 @@ def bench_sensitivity(architecture: str, device: str, threads: int, problems: in
     synchronize(device)
     built = time.perf_counter() - started
 
-    configurations = len(jobs(groups, mixer.layers))
+    every = jobs(groups, mixer.layers)
+    configurations = len(every)
     with tempfile.TemporaryDirectory() as work:
         table = Path(work) / "table.csv"
         started = time.perf_counter()
-        fill_table(mixer, groups, batch, target.pad_id, table)
+        fill_table(mixer, every, batch, target.pad_id, table)  # a fresh table: every job
         synchronize(device)
         seconds = time.perf_counter() - started
         rows = read_table(table)

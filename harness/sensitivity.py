@@ -40,7 +40,7 @@ from harness.recipes.groups import GRANULARITIES, groups_of
 from harness.recipes.mixer import Mixer
 from harness.recipes.recipe_file import recipe_text
 from harness.recipes.search import Choice, choose, fewest, ranked
-from harness.recipes.table import done_jobs, effects, fill_table, heatmap_png, jobs, read_table
+from harness.recipes.table import effects, fill_table, heatmap_png, jobs, jobs_left, read_table
 from harness.recipes.teacher import score, teacher_batch
 from harness.runs.compare import comparisons_csv, paired_difference_interval
 
@@ -190,12 +190,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     started = time.perf_counter()
     table = args.out / "table.csv"
     every = jobs(groups, mixer.layers)
-    held = done_jobs(table, len(set(batch.cells)))
-    # numprec's own bar, shown while there is scoring to do, whatever TQDM_DISABLE the quiet libraries were given
-    left = sum((job.group.name, job.scoring) not in held for job in every)
-    bar_options = {"unit": "model", "leave": False, "file": sys.stderr, "disable": not left}
-    with tqdm(total=len(every), desc=f"scoring {len(groups)} groups two ways", **bar_options) as bar:
-        fill_table(mixer, groups, batch, backend.pad_id, table, bar.update)
+    todo = jobs_left(every, table, len(set(batch.cells)))
+    # numprec's own bar, shown while there is scoring to do, whatever TQDM_DISABLE the quiet libraries were given;
+    # a resumed table's jobs start it counted as done
+    progress = {"total": len(every), "initial": len(every) - len(todo), "disable": not todo}
+    with tqdm(
+        desc=f"scoring {len(groups)} groups two ways", unit="model", leave=False, file=sys.stderr, **progress
+    ) as bar:
+        fill_table(mixer, todo, batch, backend.pad_id, table, bar.update)
     phases["table"] = phases.get("table", 0.0) + time.perf_counter() - started
 
     started = time.perf_counter()

@@ -74,18 +74,23 @@ def done_jobs(path: Path, cells: int) -> set[tuple[str, str]]:
     return {pair for pair, held in found.items() if len(held) == cells}
 
 
+def jobs_left(every: Sequence[Job], path: Path, cells: int) -> list[Job]:
+    """The jobs of ``every`` that ``table.csv`` does not hold whole, in their order: what a (resumed) table scores."""
+    done = done_jobs(path, cells)
+    return [job for job in every if (job.group.name, job.scoring) not in done]
+
+
 def fill_table(
     mixer: Mixer,
-    groups: Sequence[Group],
+    todo: Sequence[Job],
     batch: TeacherBatch,
     pad_id: int,
     path: Path,
     advance: Callable[[], None] = lambda: None,
 ) -> None:
-    """Score every job ``table.csv`` lacks, appending its rows as each finishes. A group's job computes only the
-    blocks from its own on (harness/recipes/reuse.py): the blocks before it are its uniform model's, recorded when
-    that model scores the problems (again, where a resumed table has its rows already)."""
-    done = done_jobs(path, len(set(batch.cells)))
+    """Score the jobs ``todo`` (jobs_left: those ``table.csv`` lacks), appending each one's rows as it finishes. A
+    group's job computes only the blocks from its own on (harness/recipes/reuse.py): the blocks before it are its
+    uniform model's, recorded when that model scores the problems (again, where a resumed table has its rows)."""
     if not path.exists():
         append_lines(path, [csv_line(COLUMNS)])
     layers = mixer.model.model.layers
@@ -100,11 +105,8 @@ def fill_table(
         with replaying(layers, recorded[base], first):
             return score(mixer.model, batch, pad_id)
 
-    for job in jobs(groups, mixer.layers):
+    for job in todo:
         base = "keep" if job.scoring in ("uniform-keep", "quantize-one") else "target"
-        if (job.group.name, job.scoring) in done:
-            advance()
-            continue
         if job.group is UNIFORM:
             scores = scored(job.kept, record=base)
         else:

@@ -107,8 +107,9 @@ def test_chat_mode_sends_the_thinking_switch_vllm_takes(server, tmp_path):
     out = tmp_path / "chat"
     chat = ["--api-endpoint", "chat", "--thinking", "off", "--tasks", "add", "--lengths", "1"]
     evaluate(out, "--backend", "api", "--api-base", server, *chat)
-    assert {row["request_mode"] for row in csv_rows(out / "results.csv")} == {"chat"}
-    assert sum(int(row["n"]) for row in csv_rows(out / "results.csv")) == 4
+    cells = csv_rows(out / "results.csv")
+    assert {row["request_mode"] for row in cells} == {"chat"}
+    assert sum(int(row["n"]) for row in cells) == 4
 
 
 def test_a_python_without_vllm_is_one_line(tmp_path):

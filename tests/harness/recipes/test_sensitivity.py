@@ -90,7 +90,7 @@ def test_a_groups_configuration_computes_from_its_block_on_and_scores_as_a_whole
     first_block_calls = []
     hook = mix.model.model.layers[0].register_forward_hook(lambda *args: first_block_calls.append(1))
     try:
-        fill_table(mix, groups, batch, target.pad_id, tmp_path / "reused.csv")
+        fill_table(mix, jobs(groups, mix.layers), batch, target.pad_id, tmp_path / "reused.csv")
     finally:
         hook.remove()
     assert len(first_block_calls) == 2 * 2, "block 0 computed for the two uniform models' prefix and rows only"
