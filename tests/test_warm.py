@@ -39,6 +39,8 @@ def test_a_forked_command_is_what_a_fresh_one_is(warm):
         forked = warm.run("tests.warm_probe", [code, "--flag"], timeout=60)
         seen_fresh, seen_forked = json.loads(fresh.stdout), json.loads(forked.stdout)
         assert not seen_fresh["torch"] and seen_forked["torch"], "the forked one ran in the warm interpreter"
+        # its collector walks no more than a fresh one's, which imported no torch: the imports' objects are frozen
+        assert seen_forked["collectable"] <= seen_fresh["collectable"], (seen_forked, seen_fresh)
         assert seen_forked["argv"] == seen_fresh["argv"] and seen_forked["argv"][0].endswith("tests/warm_probe.py")
         assert (seen_forked["cwd"], seen_forked["name"]) == (seen_fresh["cwd"], "__main__")
         assert forked.stderr == fresh.stderr == "a line on stderr\nand a bar\nredrawn\n"

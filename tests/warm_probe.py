@@ -5,6 +5,7 @@ python -m tests.warm_probe kill        # ends by SIGTERM
 python -m tests.warm_probe sleep       # sleeps until killed
 """
 
+import gc
 import json
 import os
 import signal
@@ -14,6 +15,7 @@ import time
 if __name__ == "__main__":
     numprec = {name: value for name, value in os.environ.items() if name.startswith("NUMPREC_")}
     seen = {"argv": sys.argv, "cwd": os.getcwd(), "name": __name__, "torch": "torch" in sys.modules}
+    seen["collectable"] = len(gc.get_objects())  # what a collection (the one at exit among them) walks
     print(json.dumps({**seen, "numprec": numprec}))
     print("a line on stderr\r\nand a bar\rredrawn", file=sys.stderr)
     if sys.argv[1] == "kill":
