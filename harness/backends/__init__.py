@@ -15,6 +15,7 @@ import os
 from dataclasses import dataclass
 
 from harness.core.errors import UserError
+from harness.core.startup import freeze_imports
 from harness.models import PrecisionSpec
 from harness.questions.answers import FIRST_LINE, AnswerMode
 
@@ -294,6 +295,7 @@ def load_backend(
     if record is None:
         raise UserError(f"unknown backend '{name}'; known: {', '.join(BACKENDS)}")
     backend = getattr(importlib.import_module(record.module), record.cls)
+    freeze_imports()  # before the first model: the imports' objects leave the collector's walks
     options = {"tensor_parallel_size": tensor_parallel_size, "batch_invariant": batch_invariant}
     return backend.load(
         LoadRequest(weights, precision, adapter, batch_size, **options, endpoint=endpoint, journal=journal)
