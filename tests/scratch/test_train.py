@@ -16,23 +16,25 @@ from scratch.training import pack_batch, run, run_pack
 LEARNS = RunConfig(
     op="add",
     operands=2,
-    base=2,
-    length=4,
+    base=10,
+    length=1,
     fixed_width=True,
     precision="fp32",
     depth=2,
     n_embd=128,
     n_head=4,
-    steps=600,
-    # A run either learns (0.99-1.0 by step 500) or stalls on a plateau, by its trajectory, which a CPU's rounding
-    # changes: at batch 128, seeds 0, 3, 4 and 5 reached >= 0.994 on an AVX-512 CPU; on an AVX2 one (Zen 3) seeds
-    # 1-5 reached 1.0 and seed 0 stalled at 0.17 (batch 64 had stalled at seed 0 before). Seed 5 learns on both.
+    # One-digit decimal addition (100 problems, a two-digit answer with its carry) is learned the same way at every
+    # seed and on either instruction set: seeds 0-5 reached 0.94-1.0 by step 175 and 1.0 by 225, native AVX-512 and
+    # held to AVX2 (ATEN_CPU_CAPABILITY=avx2 MKL_ENABLE_INSTRUCTIONS=AVX2 ONEDNN_MAX_CPU_ISA=AVX2) alike, 12-15 CPU-s
+    # each. Four-bit binary addition, the test's task before, learned or stalled on a plateau by the CPU's rounding
+    # (seeds 0-5 at 600 steps: 3 of 6 here, 5 of 6 held to AVX2, ~55 CPU-s each).
+    steps=300,
     batch_size=128,
     lr=1e-3,
     warmup_steps=50,
-    seed=5,
+    seed=0,
     test_size=500,
-    eval_every=300,
+    eval_every=150,
     eval_formats=["e8m23", "e8m7", "e2m1"],
     threads=1,
     device="cpu",
@@ -55,7 +57,7 @@ SMALL = RunConfig(
 )
 
 
-def test_a_tiny_model_learns_base2_addition(tmp_path):
+def test_a_tiny_model_learns_one_digit_addition(tmp_path):
     summary = run(LEARNS, tmp_path, log=lambda line: None)
     assert summary["accuracy"] >= 0.95, summary["history"]
     formats = summary["formats"]
