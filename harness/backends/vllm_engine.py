@@ -22,6 +22,7 @@ A failure is answered ``{"error": "one line"}`` and ends the process. End of std
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import sys
@@ -76,6 +77,10 @@ def load(request: dict) -> tuple[object, object, dict]:
     import vllm
     from vllm import LLM
 
+    # vLLM's start collects garbage five times, each a walk over the ~600,000 objects its import made, which live as
+    # long as the process: frozen, the walks see only what loading makes (LLM() for the embedded model took
+    # 3.7-4.1 CPU-s in five of six runs against 5.6-6.2 unfrozen, here). The model's objects stay collectable.
+    gc.freeze()
     started = time.monotonic()
     llm = LLM(**request["load"])
     lora = None
