@@ -57,6 +57,19 @@ def measure_matmul_flops(
     return 2 * size**3 * count / (time.perf_counter() - started)
 
 
+_MATMUL_RATES: dict[tuple, float] = {}  # the rates measured in this process, by what sets them
+
+
+def matmul_rate(dtype: torch.dtype, device: torch.device, matmul_precision: str) -> float:
+    """measure_matmul_flops once a process for each dtype, device, thread count and matmul precision in force: the
+    MFU denominator every run of the process then shares. Measuring for each run took 0.5 CPU-s a run (35 runs
+    in the scratch tests: 17.7 CPU-s) and gave the runs of one sweep denominators apart by the machine's noise."""
+    key = (dtype, str(device), torch.get_num_threads(), matmul_precision)
+    if key not in _MATMUL_RATES:
+        _MATMUL_RATES[key] = measure_matmul_flops(dtype, device=device)
+    return _MATMUL_RATES[key]
+
+
 def synchronize(device: torch.device | str) -> None:
     """Wait for the device's queued work (a no-op on the CPU): what a timer must do before reading the clock."""
     if torch.device(device).type == "cuda":
@@ -249,7 +262,7 @@ class PackTraining:
         if saved[0]:
             self.resume(saved)
         gemm_dtype = torch.float32 if config.precision in ("fp32", "tf32") else torch.bfloat16
-        self.gemm = measure_matmul_flops(gemm_dtype, device=device)
+        self.gemm = matmul_rate(gemm_dtype, device, self.matmul_precision)
         self.flops_per_token = self.pack.models[0].flops_per_token(config.task().seq_len)
         self.eval_batch = 500 if device.type == "cpu" else 8192
         self.packed = f"  ({len(configs)} runs packed)" if len(configs) > 1 else ""
