@@ -20,8 +20,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.harness.helpers import ROOT, command_env, run_module
+from tests.harness.helpers import ROOT, command_env, run_module, start_module
 from tests.needs import require
+from tests.warm import ForkedCommand
 
 pytestmark = [pytest.mark.slurm, pytest.mark.xdist_group("slurm")]
 
@@ -69,8 +70,7 @@ def cluster():
 def sweep(config: Path, out: Path, *extra: str, background: bool = False):
     args = ["--config", str(config), "--out", str(out), *extra]
     if background:
-        command = [sys.executable, "-m", "scratch.sweep", *args]
-        return subprocess.Popen(command, cwd=ROOT, env=command_env(), stderr=subprocess.PIPE, text=True)
+        return start_module("scratch.sweep", *args, stderr=subprocess.PIPE)
     return run_module("scratch.sweep", *args, timeout=600)
 
 
@@ -152,7 +152,7 @@ def own_jobs(name: str | None = None) -> str:
     return f"{{timeout_min: 10, name: {name or job_name()}}}"
 
 
-def lift_requeue_holds(until: subprocess.Popen) -> None:
+def lift_requeue_holds(until: subprocess.Popen | ForkedCommand) -> None:
     """Slurm holds a requeued job for ~2 minutes (reason BeginTime); let it start now, as an administrator would."""
     while until.poll() is None:
         held = subprocess.run(["squeue", "-h", "-r", "-o", "%i %r"], capture_output=True, text=True).stdout.split("\n")

@@ -5,14 +5,15 @@ as subprocess reports one, a timeout as subprocess.run raises it; and it is take
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import time
 
 import pytest
 
 from tests.harness import helpers
-from tests.harness.helpers import ROOT, command_env, run_module
-from tests.warm import WarmInterpreter
+from tests.harness.helpers import ROOT, command_env, run_module, start_module
+from tests.warm import ForkedCommand, WarmInterpreter
 
 
 @pytest.fixture(scope="module")
@@ -66,6 +67,34 @@ def test_a_signal_and_a_timeout_are_reported_as_subprocess_reports_them(warm):
         warm.run("tests.warm_probe", ["sleep"], timeout=3)
     assert json.loads(timed_out.value.output)["argv"][1] == "sleep"
     assert time.monotonic() - started < 60, "the sleeping command was killed, not waited for"
+
+
+@pytest.mark.parametrize("fresh", [True, False], ids=["fresh", "forked"])
+def test_a_started_command_is_polled_signalled_and_read_as_popen_gives_it(warm, tmp_path, fresh):
+    """start_module's command, forked or fresh: running while polled, a wait that times out, a signal sent to its
+    pid, then its output and its end as Popen reports them. (Ctrl-C, where a forked numprec command answers as a
+    fresh one does: tests/harness/runs/test_eval.py's, now forked.)"""
+    ready = tmp_path / "ready"
+    process = start_module(
+        "tests.warm_probe", "sleep", env={"NUMPREC_PROBE_READY": str(ready)}, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, fresh=fresh,
+    )  # fmt: skip
+    assert isinstance(process, ForkedCommand) != fresh
+    deadline = time.monotonic() + 60
+    while not ready.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert ready.exists() and process.poll() is None, "it sleeps"
+    with pytest.raises(subprocess.TimeoutExpired):
+        process.wait(timeout=0.5)
+    process.send_signal(signal.SIGTERM)
+    out, err = process.communicate(timeout=60)
+    assert process.returncode == -signal.SIGTERM and process.poll() == -signal.SIGTERM
+    seen = json.loads(out)
+    assert seen["argv"][1] == "sleep" and seen["torch"] != fresh and seen["numprec"]["NUMPREC_PROBE_READY"]
+    assert err == "a line on stderr\nand a bar\nredrawn\n"
+    killed = start_module("tests.warm_probe", "sleep", stdout=subprocess.DEVNULL, fresh=fresh)
+    killed.kill()
+    assert killed.wait(timeout=60) == -signal.SIGKILL
 
 
 def test_it_is_taken_only_where_a_fresh_interpreter_would_do_the_same(warm, tmp_path):

@@ -16,7 +16,9 @@ What differs is only what the imports already did, so a command takes the warm p
 - the caller did not ask for a fresh interpreter (tests/test_console.py does: what libraries print while they are
   imported is its subject).
 
-Anything else, and any failure to reach the warm interpreter, runs ``subprocess.run`` as before.
+Anything else, and any failure to reach the warm interpreter, runs ``subprocess.run`` as before. A command a test
+starts in the background to signal or kill it (helpers.start_module) is forked the same way and handed back as a
+ForkedCommand, which answers as subprocess.Popen does (pid, poll, wait, send_signal, communicate, returncode).
 
 The objects the imports made are frozen (``gc.freeze()``) before the first fork, so a command's garbage collector
 walks only what the command made (what it computes and prints is the same): unfrozen, every forked command's exit
@@ -82,6 +84,10 @@ def _command(request: dict, fds: list[int]) -> None:
         os.dup2(fd, target)
         os.close(fd)
     os.chdir(request["cwd"])
+    if request.get("interruptible"):
+        # what a fresh command's preexec_fn gives it (helpers.interruptible): Ctrl-C as a terminal delivers it
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
     for name, value in request["env"].items():  # what changes between tests, and numprec's unread variables
         os.environ.pop(name, None) if value is None else os.environ.__setitem__(name, value)
     sys.argv = [request["module"], *request["args"]]
@@ -235,75 +241,155 @@ class WarmInterpreter:
             and self.process.poll() is None
         )
 
-    def run(
-        self, module: str, args: list[str], timeout: float, env: dict[str, str] | None = None
-    ) -> subprocess.CompletedProcess | None:
-        """``python -m module args`` forked from the warm interpreter, as subprocess.run(capture_output=True,
-        text=True) reports it; None where the warm interpreter cannot be reached (nothing was started)."""
+    def start(
+        self,
+        module: str,
+        args: list[str],
+        env: dict[str, str] | None = None,
+        stdout: int | None = None,
+        stderr: int | None = None,
+        interruptible: bool = False,
+    ) -> ForkedCommand | None:
+        """``python -m module args`` forked from the warm interpreter, as subprocess.Popen(text=True) starts it:
+        stdout and stderr each subprocess.PIPE, subprocess.DEVNULL or None (this process's), stdin /dev/null;
+        ``interruptible`` gives it Ctrl-C as a terminal would (helpers.interruptible). None where the warm
+        interpreter cannot be reached (nothing was started)."""
         connection = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             connection.connect(self.path)
         except OSError:
             connection.close()
             return None
-        out_read, out_write = os.pipe()
-        err_read, err_write = os.pipe()
-        null = os.open(os.devnull, os.O_RDONLY)
+        given_fds, kept = [os.open(os.devnull, os.O_RDONLY)], []
+        for target, how in ((1, stdout), (2, stderr)):
+            if how == subprocess.PIPE:
+                read, write = os.pipe()
+                given_fds.append(write)
+                kept.append(read)
+            else:
+                given_fds.append(os.open(os.devnull, os.O_WRONLY) if how == subprocess.DEVNULL else os.dup(target))
+                kept.append(None)
         env = env or self.env
         given = {**self.differences(env), **{name: value for name, value in env.items() if name in _PER_TEST}}
-        payload = json.dumps({"module": module, "args": args, "cwd": str(self.root), "env": given}).encode()
+        request = {"module": module, "args": args, "cwd": str(self.root), "env": given, "interruptible": interruptible}
+        payload = json.dumps(request).encode()
         try:
-            socket.send_fds(connection, [b"%08d" % len(payload)], [null, out_write, err_write])
+            socket.send_fds(connection, [b"%08d" % len(payload)], given_fds)
             connection.sendall(payload)
         finally:
-            for fd in (null, out_write, err_write):
+            for fd in given_fds:
                 os.close(fd)
-        command = [sys.executable, "-m", module, *args]
-        return _collect(connection, out_read, err_read, command, timeout)
+        return ForkedCommand([sys.executable, "-m", module, *args], connection, *kept)
+
+    def run(
+        self, module: str, args: list[str], timeout: float, env: dict[str, str] | None = None
+    ) -> subprocess.CompletedProcess | None:
+        """``python -m module args`` forked from the warm interpreter, as subprocess.run(capture_output=True,
+        text=True) reports it (killed past ``timeout``); None where the warm interpreter cannot be reached."""
+        command = self.start(module, args, env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        if command is None:
+            return None
+        try:
+            out, err = command.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            command.kill()
+            command.close()
+            raise
+        return subprocess.CompletedProcess(command.args, command.returncode, out, err)
+
+
+class ForkedCommand:
+    """A command forked from the warm interpreter, as a subprocess.Popen(text=True) of it behaves for its caller:
+    ``pid`` (signals go to it), poll, wait, send_signal, kill, communicate and returncode. Its piped output is read
+    by communicate alone (no stdout or stderr file objects)."""
+
+    def __init__(self, args: list[str], connection: socket.socket, out_read: int | None, err_read: int | None):
+        self.args, self.returncode = args, None
+        self._connection, self._out, self._err, self._closed = connection, out_read, err_read, False
+        self._read = {fd: bytearray() for fd in (out_read, err_read, connection.fileno()) if fd is not None}
+        self._selector = selectors.DefaultSelector()
+        for fd in self._read:
+            self._selector.register(fd, selectors.EVENT_READ)
+        while b"\n" not in self._read[connection.fileno()] and self._pump(None):
+            pass
+        pid = bytes(self._read[connection.fileno()]).split(b"\n")[0]
+        if not pid:
+            raise RuntimeError(f"the warm interpreter did not start the command {args[2:]}")
+        self.pid = int(pid)
+
+    def _pump(self, timeout: float | None) -> bool:
+        """Read what is ready (waiting up to ``timeout``; None: until something is); False once everything ended."""
+        if not self._selector.get_map():
+            return False
+        for key, _ in self._selector.select(timeout):
+            chunk = os.read(key.fd, 65536)
+            if not chunk:
+                self._selector.unregister(key.fd)
+            self._read[key.fd] += chunk
+        reply = bytes(self._read[self._connection.fileno()]).split(b"\n")
+        if self.returncode is None and len(reply) > 2:
+            self.returncode = int(reply[1])
+        if self._connection.fileno() not in self._selector.get_map() and self.returncode is None:
+            raise RuntimeError(f"the warm interpreter lost the command {self.args[2:]} before it ended")
+        return bool(self._selector.get_map())
+
+    def _until(self, done, timeout: float | None) -> None:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while not done():
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                raise subprocess.TimeoutExpired(self.args, timeout, self._output(self._out), self._output(self._err))
+            if not self._pump(None if left is None else min(left, 1.0)):
+                break
+
+    def poll(self) -> int | None:
+        self._pump(0)
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        self._until(lambda: self.returncode is not None, timeout)
+        return self.returncode
+
+    def communicate(self, timeout: float | None = None) -> tuple[str | None, str | None]:
+        """Read stdout and stderr (where piped) to their ends and wait for the exit, as Popen.communicate."""
+        self._until(lambda: not self._selector.get_map(), timeout)
+        self.close()
+        return self._text(self._out), self._text(self._err)
+
+    def send_signal(self, sig: int) -> None:
+        if self.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.pid, sig)
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
+
+    def close(self) -> None:
+        """Close the pipes and the connection (once: a descriptor closed twice may be another file's by then)."""
+        if self._closed:
+            return
+        self._closed = True
+        self._selector.close()
+        self._connection.close()
+        for fd in (self._out, self._err):
+            if fd is not None:
+                os.close(fd)
+
+    __del__ = close
+
+    def _output(self, fd: int | None) -> bytes | None:
+        return None if fd is None else bytes(self._read[fd])
+
+    def _text(self, fd: int | None) -> str | None:
+        """Bytes as subprocess's text mode gives them: the locale's encoding, universal newlines."""
+        if fd is None:
+            return None
+        text = bytes(self._read[fd]).decode(locale.getpreferredencoding(False))
+        return text.replace("\r\n", "\n").replace("\r", "\n")
 
 
 def _without_per_test(env: dict[str, str]) -> dict[str, str]:
     return {name: value for name, value in env.items() if name not in _PER_TEST}
-
-
-def _collect(connection, out_read: int, err_read: int, command: list[str], timeout: float):
-    """Read the command's stdout and stderr to their ends and its pid and exit status; kill it past ``timeout``."""
-    reply_fd = connection.fileno()
-    streams = {out_read: bytearray(), err_read: bytearray(), reply_fd: bytearray()}
-    selector = selectors.DefaultSelector()
-    for fd in streams:
-        selector.register(fd, selectors.EVENT_READ)
-    deadline, pid = time.monotonic() + timeout, None
-    try:
-        while selector.get_map():
-            left = deadline - time.monotonic()
-            if left <= 0:
-                if pid is not None:
-                    with contextlib.suppress(ProcessLookupError):
-                        os.kill(pid, signal.SIGKILL)
-                raise subprocess.TimeoutExpired(command, timeout, bytes(streams[out_read]), bytes(streams[err_read]))
-            for key, _ in selector.select(min(left, 1.0)):
-                chunk = os.read(key.fd, 65536)
-                if not chunk:
-                    selector.unregister(key.fd)
-                streams[key.fd] += chunk
-                lines = streams[reply_fd].split(b"\n")
-                pid = int(lines[0]) if pid is None and len(lines) > 1 else pid
-    finally:
-        selector.close()
-        connection.close()
-        os.close(out_read)
-        os.close(err_read)
-    reply = streams[reply_fd].split(b"\n")
-    if len(reply) < 3:
-        raise RuntimeError(f"the warm interpreter lost the command {command[2:]} before it ended")
-    return subprocess.CompletedProcess(command, int(reply[1]), _text(streams[out_read]), _text(streams[err_read]))
-
-
-def _text(data: bytes) -> str:
-    """Bytes as subprocess's text mode gives them: the locale's encoding, universal newlines."""
-    text = bytes(data).decode(locale.getpreferredencoding(False))
-    return text.replace("\r\n", "\n").replace("\r", "\n")
 
 
 if __name__ == "__main__":

@@ -2,7 +2,7 @@
 
 python -m tests.warm_probe CODE        # prints its argv, cwd, __name__ and parent on stdout, a line on stderr
 python -m tests.warm_probe kill        # ends by SIGTERM
-python -m tests.warm_probe sleep       # sleeps until killed
+python -m tests.warm_probe sleep       # sleeps until killed (first creating NUMPREC_PROBE_READY's file, if set)
 """
 
 import gc
@@ -22,5 +22,8 @@ if __name__ == "__main__":
         sys.stdout.flush()
         os.kill(os.getpid(), signal.SIGTERM)
     if sys.argv[1] == "sleep":
+        sys.stdout.flush()
+        if os.environ.get("NUMPREC_PROBE_READY"):
+            open(os.environ["NUMPREC_PROBE_READY"], "w").close()
         time.sleep(600)
     sys.exit(int(sys.argv[1]))

@@ -2,6 +2,7 @@
 
 import csv
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -16,7 +17,7 @@ from harness.questions.problems import generate
 from harness.questions.prompts import user_message
 from harness.serve import free_port  # noqa: F401  (the tests' free port)
 from tests.needs import require
-from tests.warm import WarmInterpreter
+from tests.warm import ForkedCommand, WarmInterpreter
 
 needs_quantize_env = pytest.mark.skipif(
     not (QUANTIZE_ENV / "bin" / "python").exists(), reason="run scripts/setup_quantize.sh (CI does)"
@@ -50,25 +51,33 @@ def command_env() -> dict:
 _warm: list[WarmInterpreter] = []  # this test process's warm interpreter, started by the first command
 
 
+def _warm_taking(args: tuple[str, ...], cwd: Path, env: dict | None, fresh: bool) -> WarmInterpreter | None:
+    """The warm interpreter a command ``args`` in ``cwd`` with ``env`` (beside command_env()) can be forked from,
+    where nothing a fresh interpreter would do differently can matter (tests/warm.py); else None."""
+    if fresh or os.environ.get("NUMPREC_TESTS_WARM", "1") == "0":
+        return None
+    base_env = command_env()
+    if not _warm or _warm[0].differences(base_env) is None:
+        # the first command, or the test process's environment changed since (a library's import sets a
+        # variable): a warm interpreter for the environment as it is now; this command runs fresh meanwhile
+        for earlier in _warm:
+            earlier.stop()
+        _warm[:] = [WarmInterpreter(ROOT, base_env)]
+        return None
+    return _warm[0] if _warm[0].takes(list(args), cwd, {**base_env, **(env or {})}) else None
+
+
 def run_module(
     module: str, *args: str, timeout: float = 900, cwd: Path = ROOT, env: dict | None = None, fresh: bool = False
 ) -> subprocess.CompletedProcess:
     """``python -m module args`` as a process of its own, its output captured. Forked from a warm interpreter where
     nothing a fresh one would do differently can matter (tests/warm.py), else a fresh interpreter; ``fresh`` asks
     for one always (what libraries print while they are imported)."""
-    base_env = command_env()
-    full_env = {**base_env, **(env or {})}
-    if not fresh and os.environ.get("NUMPREC_TESTS_WARM", "1") != "0":
-        if not _warm or _warm[0].differences(base_env) is None:
-            # the first command, or the test process's environment changed since (a library's import sets a
-            # variable): a warm interpreter for the environment as it is now; this command runs fresh meanwhile
-            for earlier in _warm:
-                earlier.stop()
-            _warm[:] = [WarmInterpreter(ROOT, base_env)]
-        elif _warm[0].takes(list(args), cwd, full_env):
-            result = _warm[0].run(module, list(args), timeout, full_env)
-            if result is not None:
-                return result
+    full_env = {**command_env(), **(env or {})}
+    if warm := _warm_taking(args, cwd, env, fresh):
+        result = warm.run(module, list(args), timeout, full_env)
+        if result is not None:
+            return result
     return subprocess.run(
         [sys.executable, "-m", module, *args],
         capture_output=True,
@@ -76,6 +85,42 @@ def run_module(
         timeout=timeout,
         cwd=cwd,
         env=full_env,
+    )
+
+
+def interruptible() -> None:
+    """Give the child the SIGINT a terminal would. A runner that starts the suite in the background (`cmd &`)
+    hands SIGINT down ignored, and one that blocks it hands down a blocked mask (masks survive fork and exec):
+    either way Python never raises KeyboardInterrupt and the child runs to completion."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+
+
+def start_module(
+    module: str,
+    *args: str,
+    env: dict | None = None,
+    stdout: int | None = None,
+    stderr: int | None = None,
+    interruptible_: bool = False,
+    fresh: bool = False,
+) -> subprocess.Popen | ForkedCommand:
+    """``python -m module args`` started in the background from the repository, as subprocess.Popen(text=True)
+    starts it (stdout, stderr: PIPE, DEVNULL or None): forked from the warm interpreter where run_module would be,
+    else a fresh interpreter. ``interruptible_``: Ctrl-C reaches it as from a terminal (interruptible above)."""
+    full_env = {**command_env(), **(env or {})}
+    if warm := _warm_taking(args, ROOT, env, fresh):
+        started = warm.start(module, list(args), full_env, stdout, stderr, interruptible_)
+        if started is not None:
+            return started
+    return subprocess.Popen(
+        [sys.executable, "-m", module, *args],
+        cwd=ROOT,
+        env=full_env,
+        stdout=stdout,
+        stderr=stderr,
+        text=True,
+        preexec_fn=interruptible if interruptible_ else None,
     )
 
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -16,7 +15,8 @@ import pytest
 from harness.diff import by_problem, same_output
 from tests.api_proxy import FaultProxy
 from tests.harness.backends.served import GRID, PROMPT, Server, api, evaluate, requests_per_problem
-from tests.harness.helpers import ROOT, command_env, csv_rows, free_port, run_module
+from tests.harness.helpers import csv_rows, free_port, run_module, start_module
+from tests.warm import ForkedCommand
 
 # One xdist worker runs the modules of group "api": one server for both (conftest.py).
 pytestmark = pytest.mark.xdist_group("api")
@@ -123,11 +123,10 @@ def test_the_server_killed_mid_cell_and_started_again(clean_small, tmp_path):
     the proxy in front, the 5 problems' completions were answered once each: none lost, none sent twice."""
     served = Server().start()
     out = tmp_path / "run"
-    command = [sys.executable, "-m", "harness.eval", "--out", str(out)]
     try:
         with FaultProxy(served.port) as proxy:
             args = api(proxy.url, "--concurrency", "1", "--api-retries", "1")
-            running = subprocess.Popen(command + args, cwd=ROOT, env=command_env(), stderr=subprocess.PIPE, text=True)
+            running = start_module("harness.eval", "--out", str(out), *args, stderr=subprocess.PIPE)
             journal = out / "responses.jsonl"
             deadline = time.monotonic() + 120
             while time.monotonic() < deadline and not (journal.exists() and len(journal.read_text().splitlines()) >= 2):
@@ -178,19 +177,12 @@ def test_bad_endpoints_are_one_line_before_any_work(server, tmp_path, capsys):
 # ---------------------------------------------------------------- stopping while requests hang (issue 39)
 
 
-def hanging_run(proxy: FaultProxy, out: Path) -> subprocess.Popen:
+def hanging_run(proxy: FaultProxy, out: Path) -> subprocess.Popen | ForkedCommand:
     """harness.eval as a process against the proxy, 8 problems at concurrency 4; returns once 4 requests are held
     at the proxy (a server that does not answer)."""
     grid = ["--tasks", "add", "--lengths", "1", "--samples", "8"]
-    command = [
-        sys.executable,
-        "-m",
-        "harness.eval",
-        "--out",
-        str(out),
-        *api(proxy.url, "--concurrency", "4", grid=grid),
-    ]
-    running = subprocess.Popen(command, cwd=ROOT, env=command_env(), stderr=subprocess.PIPE, text=True)
+    grid_args = api(proxy.url, "--concurrency", "4", grid=grid)
+    running = start_module("harness.eval", "--out", str(out), *grid_args, stderr=subprocess.PIPE)
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and proxy.in_flight < 3 and running.poll() is None:
         time.sleep(0.05)

@@ -30,18 +30,17 @@ def numprec_run(tmp_path_factory):
 
 
 def test_lm_eval_runs_the_exported_group_as_harness_eval_does(numprec_run, tmp_path):
-    import subprocess
-
+    """``python -m lm_eval`` as a user runs it (forked from the tests' warm interpreter where it can be: the same
+    command, its imports of torch and transformers done)."""
     tasks = tmp_path / "tasks"
     written = run_module("harness.tasks", "--harness", "lm-eval", "--out", str(tasks), *GRID)
     assert written.returncode == 0 and not written.stderr, written.stderr
     weights = resolve_weights(get_model("smollm2"))
-    command = [
-        sys.executable, "-m", "lm_eval", "--model", "hf", "--model_args", f"pretrained={weights},dtype=float32",
+    ran = run_module(
+        "lm_eval", "--model", "hf", "--model_args", f"pretrained={weights},dtype=float32",
         "--apply_chat_template", "--include_path", str(tasks), "--tasks", "numprec", "--device", "cpu",
-        "--batch_size", "3", "--log_samples", "--output_path", str(tmp_path / "lm-eval"),
-    ]  # fmt: skip
-    ran = subprocess.run(command, capture_output=True, text=True, env=command_env(), timeout=600)
+        "--batch_size", "3", "--log_samples", "--output_path", str(tmp_path / "lm-eval"), timeout=600,
+    )  # fmt: skip
     assert ran.returncode == 0, ran.stderr[-3000:]
     compared = 0
     for path in (tmp_path / "lm-eval").rglob("samples_numprec_add_n*.jsonl"):

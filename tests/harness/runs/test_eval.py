@@ -4,7 +4,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 
 import matplotlib.image
@@ -15,7 +14,8 @@ from harness.runs.results import COLUMNS
 from harness.scoring import RULES
 from tests.console import assert_numprec_console
 from tests.devices import HAS_CUDA
-from tests.harness.helpers import ROOT, assert_user_error, command_env, csv_rows, run_module
+from tests.harness.helpers import assert_user_error, csv_rows, run_module, start_module
+from tests.warm import ForkedCommand
 
 REQUIRED = [
     "model",
@@ -131,26 +131,10 @@ def test_run_directory_holds_every_output(tmp_path):
     assert first == second
 
 
-def _interruptible() -> None:
-    """Give the child the SIGINT a terminal would. A runner that starts the suite in the background (`cmd &`)
-    hands SIGINT down ignored, and one that blocks it hands down a blocked mask (masks survive fork and exec):
-    either way Python never raises KeyboardInterrupt and the child runs to completion."""
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
-
-
-def start_eval_until_a_cell_is_saved(args: list[str], results, capture: bool) -> subprocess.Popen:
+def start_eval_until_a_cell_is_saved(args: list[str], results, capture: bool) -> subprocess.Popen | ForkedCommand:
     """Start harness.eval in the background and return once its first cell is in results.csv."""
     output = subprocess.PIPE if capture else subprocess.DEVNULL
-    process = subprocess.Popen(
-        [sys.executable, "-m", "harness.eval", *args],
-        cwd=ROOT,
-        env=command_env(),
-        stdout=output,
-        stderr=output,
-        text=True,
-        preexec_fn=_interruptible,
-    )
+    process = start_module("harness.eval", *args, stdout=output, stderr=output, interruptible_=True)
     deadline = time.time() + 600
     while time.time() < deadline and process.poll() is None:
         if results.exists() and len(csv_rows(results)) >= 1:

@@ -41,22 +41,14 @@ def test_two_runs_started_together_one_runs_one_is_refused_and_nothing_is_lost(t
     holds the directory, so the second surely meets the lock (whatever the machine's speed)."""
     import json
     import signal
-    import sys
     import time
 
     from harness.runs.results import read_results
-    from tests.harness.helpers import command_env
+    from tests.harness.helpers import start_module
 
     out = tmp_path / "run"
     base = ["--precision", "fp32", "--tasks", "add", "--samples", "2", "--out", str(out)]
-    first = subprocess.Popen(
-        [sys.executable, "-m", "harness.eval", *base, "--lengths", "1,2"],
-        cwd=tmp_path,
-        env=command_env(),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    first = start_module("harness.eval", *base, "--lengths", "1,2", stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
         deadline = time.monotonic() + 300
         while not _holds(out, first.pid):
@@ -67,7 +59,8 @@ def test_two_runs_started_together_one_runs_one_is_refused_and_nothing_is_lost(t
         assert_user_error(second, f"another process (pid {first.pid} on", "--lengths 1,2", "pass another --out")
     finally:
         first.send_signal(signal.SIGCONT)
-    assert first.wait(timeout=600) == 0, first.stderr.read()
+    _, err = first.communicate(timeout=600)
+    assert first.returncode == 0, err
     assert sorted(row.length for row in read_results(out / "results.csv")[0]) == [1, 2]
 
     again = run_module("harness.eval", *base, "--lengths", "3")  # the directory is free now
