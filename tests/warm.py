@@ -85,7 +85,7 @@ def _command(request: dict, fds: list[int]) -> None:
         os.close(fd)
     os.chdir(request["cwd"])
     if request.get("interruptible"):
-        # what a fresh command's preexec_fn gives it (helpers.interruptible): Ctrl-C as a terminal delivers it
+        # what a fresh command's preexec_fn gives it (helpers.sigint_as_from_a_terminal): Ctrl-C as from a terminal
         signal.signal(signal.SIGINT, signal.default_int_handler)
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
     for name, value in request["env"].items():  # what changes between tests, and numprec's unread variables
@@ -252,7 +252,7 @@ class WarmInterpreter:
     ) -> ForkedCommand | None:
         """``python -m module args`` forked from the warm interpreter, as subprocess.Popen(text=True) starts it:
         stdout and stderr each subprocess.PIPE, subprocess.DEVNULL or None (this process's), stdin /dev/null;
-        ``interruptible`` gives it Ctrl-C as a terminal would (helpers.interruptible). None where the warm
+        ``interruptible`` gives it Ctrl-C as a terminal would (helpers.sigint_as_from_a_terminal). None where the warm
         interpreter cannot be reached (nothing was started)."""
         connection = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:

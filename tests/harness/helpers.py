@@ -88,7 +88,7 @@ def run_module(
     )
 
 
-def interruptible() -> None:
+def sigint_as_from_a_terminal() -> None:
     """Give the child the SIGINT a terminal would. A runner that starts the suite in the background (`cmd &`)
     hands SIGINT down ignored, and one that blocks it hands down a blocked mask (masks survive fork and exec):
     either way Python never raises KeyboardInterrupt and the child runs to completion."""
@@ -102,15 +102,15 @@ def start_module(
     env: dict | None = None,
     stdout: int | None = None,
     stderr: int | None = None,
-    interruptible_: bool = False,
+    interruptible: bool = False,
     fresh: bool = False,
 ) -> subprocess.Popen | ForkedCommand:
     """``python -m module args`` started in the background from the repository, as subprocess.Popen(text=True)
     starts it (stdout, stderr: PIPE, DEVNULL or None): forked from the warm interpreter where run_module would be,
-    else a fresh interpreter. ``interruptible_``: Ctrl-C reaches it as from a terminal (interruptible above)."""
+    else a fresh interpreter. ``interruptible``: Ctrl-C reaches it as from a terminal (sigint_as_from_a_terminal)."""
     full_env = {**command_env(), **(env or {})}
     if warm := _warm_taking(args, ROOT, env, fresh):
-        started = warm.start(module, list(args), full_env, stdout, stderr, interruptible_)
+        started = warm.start(module, list(args), full_env, stdout, stderr, interruptible)
         if started is not None:
             return started
     return subprocess.Popen(
@@ -120,7 +120,7 @@ def start_module(
         stdout=stdout,
         stderr=stderr,
         text=True,
-        preexec_fn=interruptible if interruptible_ else None,
+        preexec_fn=sigint_as_from_a_terminal if interruptible else None,
     )
 
 

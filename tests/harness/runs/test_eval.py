@@ -134,7 +134,7 @@ def test_run_directory_holds_every_output(tmp_path):
 def start_eval_until_a_cell_is_saved(args: list[str], results, capture: bool) -> subprocess.Popen | ForkedCommand:
     """Start harness.eval in the background and return once its first cell is in results.csv."""
     output = subprocess.PIPE if capture else subprocess.DEVNULL
-    process = start_module("harness.eval", *args, stdout=output, stderr=output, interruptible_=True)
+    process = start_module("harness.eval", *args, stdout=output, stderr=output, interruptible=True)
     deadline = time.time() + 600
     while time.time() < deadline and process.poll() is None:
         if results.exists() and len(csv_rows(results)) >= 1:
