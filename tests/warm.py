@@ -306,16 +306,14 @@ class ForkedCommand:
     def __init__(self, args: list[str], connection: socket.socket, out_read: int | None, err_read: int | None):
         self.args, self.returncode = args, None
         self._connection, self._out, self._err, self._closed = connection, out_read, err_read, False
-        self._read = {fd: bytearray() for fd in (out_read, err_read, connection.fileno()) if fd is not None}
+        self._reply = connection.fileno()  # the monitor's two lines: the pid, then the exit status
+        self._read = {fd: bytearray() for fd in (out_read, err_read, self._reply) if fd is not None}
         self._selector = selectors.DefaultSelector()
         for fd in self._read:
             self._selector.register(fd, selectors.EVENT_READ)
-        while b"\n" not in self._read[connection.fileno()] and self._pump(None):
-            pass
-        pid = bytes(self._read[connection.fileno()]).split(b"\n")[0]
-        if not pid:
-            raise RuntimeError(f"the warm interpreter did not start the command {args[2:]}")
-        self.pid = int(pid)
+        while b"\n" not in self._read[self._reply]:
+            self._pump(None)  # a connection that ends before the pid raises there
+        self.pid = int(bytes(self._read[self._reply]).split(b"\n")[0])
 
     def _pump(self, timeout: float | None) -> bool:
         """Read what is ready (waiting up to ``timeout``; None: until something is); False once everything ended."""
@@ -326,10 +324,10 @@ class ForkedCommand:
             if not chunk:
                 self._selector.unregister(key.fd)
             self._read[key.fd] += chunk
-        reply = bytes(self._read[self._connection.fileno()]).split(b"\n")
+        reply = bytes(self._read[self._reply]).split(b"\n")
         if self.returncode is None and len(reply) > 2:
             self.returncode = int(reply[1])
-        if self._connection.fileno() not in self._selector.get_map() and self.returncode is None:
+        if self._reply not in self._selector.get_map() and self.returncode is None:
             raise RuntimeError(f"the warm interpreter lost the command {self.args[2:]} before it ended")
         return bool(self._selector.get_map())
 
