@@ -26,7 +26,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from bench.common import log
-from harness.core.faults import killed_at
+from harness.core.faults import fault_point
 
 PAPER_GRID = Path(__file__).resolve().parent.parent / "scratch" / "configs" / "paper.yaml"
 SHAPES = {  # the longest sequence of each kind of task in the paper grid
@@ -95,7 +95,7 @@ def bench_train(
             rows.append(row)
             if save is not None:
                 save({**header, "rows": rows, "partial": True})
-            killed_at(f"train-pack-{len(rows)}")
+            fault_point(f"train-pack-{len(rows)}")
             log(
                 f"train {precision} d{depth} {shape} x{runs}: {row['steps_per_s']:.1f} steps/s, "
                 f"MFU {row['mfu']:.1%}, data {row['data_share']:.1%} of a step, first steps {row['warm_up_s']:.1f} s"

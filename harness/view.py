@@ -23,8 +23,7 @@ from pathlib import Path
 from harness.core.cli import ArgParser, input_path, output_file, run
 from harness.core.files import writing_out
 from harness.reports.anatomy import anatomy_rows
-from harness.reports.destinations import check_out_file
-from harness.reports.promotion import replace_file
+from harness.reports.promotion import prepare_out_file, replace_file
 from harness.reports.summary import series_label, task_label
 from harness.runs.compare import SIGNIFICANCE, paired_comparisons
 from harness.runs.merge import merge
@@ -102,7 +101,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("runs", nargs="+", type=input_path, help="run directories (harness.eval's or harness.report's)")
     parser.add_argument("--out", type=output_file, required=True, help="the HTML file to write")
     args = parser.parse_args(argv)
-    check_out_file(args.out, args.runs, "harness.view", MARK)  # before any work; again as it is replaced
+    prepare_out_file(args.out, args.runs, "harness.view", MARK)  # before any work; again as it is replaced
     runs = [read_run(path) for path in args.runs]
     finished = runs[0] if len(runs) == 1 else StoredRun(runs[0].path, *merge(runs))
     unfinished = [run.unfinished() for run in runs if run.missing]

@@ -1,7 +1,12 @@
-"""The one fault hook of numprec's code, for the tests: ``NUMPREC_KILL_AT=STEP`` makes the process kill itself
-(SIGKILL, as kill -9 or a time limit would) where ``killed_at(STEP)`` is called: the last step of a writer
-(harness/reports/promotion.py) or a pack of the training bench (bench/train.py). A test asserts the kill fired (exit
--9 or 137), then that what was left is finished or kept."""
+"""The fault hooks of numprec's code, for the tests, at the steps where ``fault_point(STEP)`` is called: the last
+step of a writer (harness/reports/promotion.py) or a pack of the training bench (bench/train.py).
+
+- ``NUMPREC_KILL_AT=STEP`` makes the process kill itself there (SIGKILL, as kill -9 or a time limit would). A test
+  asserts the kill fired (exit -9 or 137), then that what was left is finished or kept.
+- ``NUMPREC_PAUSE_AT=STEP`` makes it stop itself there (SIGSTOP, as Ctrl-Z would), holding whatever it holds, until
+  a SIGCONT: a test lays another process's steps between two of its own, in the order a race would. It stops there
+  once: a step reached again (a loop's) goes on.
+"""
 
 from __future__ import annotations
 
@@ -9,8 +14,13 @@ import os
 import signal
 
 KILL_AT = "NUMPREC_KILL_AT"
+PAUSE_AT = "NUMPREC_PAUSE_AT"
+_paused: set[str] = set()
 
 
-def killed_at(step: str) -> None:
+def fault_point(step: str) -> None:
     if os.environ.get(KILL_AT) == step:
         os.kill(os.getpid(), signal.SIGKILL)
+    if os.environ.get(PAUSE_AT) == step and step not in _paused:
+        _paused.add(step)
+        os.kill(os.getpid(), signal.SIGSTOP)

@@ -15,7 +15,14 @@ locked while a process builds it); a page in a temporary file beside it. Then, i
 
 The same command run again reads a journal it finds and completes it (the staged output promoted, or, where it is
 gone, the previous output restored), then works as usual. A rerun whose output is identical to what is there leaves
-it, and nothing is moved aside. The renames and the journal are done under a lock on --out's parent directory.
+it, and nothing is moved aside.
+
+Two runs at once: the journal, the renames, the temporaries beside --out and every look at what stands there are done
+under one lock on --out's parent directory, which a writer holds from its journal's writing to its removal. A journal
+seen under that lock is therefore one a killed run left, never one a live writer is still completing; and a second
+run of the same command that waited for the lock finds the first one's output in place, whole (its own, if the same,
+moves nothing aside). A directory is built under a second lock, on its staging directory: a second run that finds it
+held is refused in one line (another process is writing --out).
 """
 
 from __future__ import annotations
@@ -30,7 +37,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from harness.core.errors import UserError
-from harness.core.faults import killed_at
+from harness.core.faults import fault_point
 from harness.core.files import aside_path, synced_temporary
 from harness.reports.destinations import (
     MANIFEST,
@@ -121,75 +128,119 @@ def _read_journal(path: Path, out: Path, module: str) -> dict:
     return entry
 
 
-def finish_left(out: Path, module: str) -> str | None:
+@contextlib.contextmanager
+def lock_beside(out: Path) -> Iterator[None]:
+    """The parent lock (parent_lock) where --out's parent exists; where it does not, nothing was ever left beside
+    --out and nothing is to be locked yet."""
+    if kind(out.parent) != "dir":
+        yield
+        return
+    with parent_lock(out):
+        yield
+
+
+def _finish_left(out: Path, module: str) -> str | None:
     """Complete the final step a killed run of ``module`` left for ``out`` (see the module docstring); what was
-    done, in words, or None where nothing was left."""
+    done, in words, or None where nothing was left. The caller holds the parent lock: a live writer's journal is
+    never seen here."""
     journal = journal_name(out)
     if not out.parent.is_dir() or kind(journal) is None:
         return None
     entry = _read_journal(journal, out, module)
     staged = out.parent / entry["staged"]
     aside = out.parent / entry["aside"] if entry["aside"] else None
-    with parent_lock(out):
-        if kind(staged) is not None:
-            if _staged_digest(staged) != entry["digest"]:
-                raise UserError(f"{staged} is not what {journal} recorded; move both away, then run the command again")
-            if aside is not None and kind(aside) is None and kind(out) is not None:
-                _rename(out, aside)
-            if kind(out) is not None:
-                raise UserError(f"{out} stands where {journal} planned to put {staged}; move it away and run again")
-            _rename(staged, out)
-            done = f"finished what a killed run left: {out} in place"
-        elif kind(out) is None and aside is not None and kind(aside) is not None:
-            _rename(aside, out)
-            done = f"restored {out} from {aside.name}, where a killed run had moved it"
-        else:
-            done = f"finished what a killed run left: {out} in place"
-        if kind(out) == "dir" and kind(out / STAGE_MARK) == "file":
-            (out / STAGE_MARK).unlink()
-            _sync(out)
-        journal.unlink()
-        _sync(out.parent)
+    if kind(staged) is not None:
+        if _staged_digest(staged) != entry["digest"]:
+            raise UserError(f"{staged} is not what {journal} recorded; move both away, then run the command again")
+        if aside is not None and kind(aside) is None and kind(out) is not None:
+            _rename(out, aside)
+        if kind(out) is not None:
+            raise UserError(f"{out} stands where {journal} planned to put {staged}; move it away and run again")
+        _rename(staged, out)
+        done = f"finished what a killed run left: {out} in place"
+    elif kind(out) is None and aside is not None and kind(aside) is not None:
+        _rename(aside, out)
+        done = f"restored {out} from {aside.name}, where a killed run had moved it"
+    else:
+        done = f"finished what a killed run left: {out} in place"
+    if kind(out) == "dir" and kind(out / STAGE_MARK) == "file":
+        (out / STAGE_MARK).unlink()
+        _sync(out)
+    journal.unlink()
+    _sync(out.parent)
     kept = f"; the previous one is {aside.name}" if aside is not None and kind(aside) is not None else ""
     return done + kept
 
 
 def prepare_out_dir(out: Path, reads: Sequence[Path], module: str) -> None:
-    """Before any work: what a killed run of the command left finished, then --out checked (destinations.py)."""
-    if kind(out.parent) == "dir":  # else nothing was ever left beside --out
-        note = finish_left(out, module)
-        if note:
-            print(note)
+    """Before any work: what a killed run of the command left finished, then --out checked (destinations.py), all
+    under the parent lock, so that another writer's renames are never seen half done."""
+    with lock_beside(out):
+        note = _finish_left(out, module)
         clear_strays(out)
-    check_out_dir(out, reads, module)
+        check_out_dir(out, reads, module)
+    if note:
+        print(note)
+
+
+def prepare_out_file(out: Path, reads: Sequence[Path], module: str, mark: bytes) -> None:
+    """prepare_out_dir for a page: a killed run's write finished, strays cleared, --out checked (check_out_file)."""
+    with lock_beside(out):
+        note = _finish_left(out, module)
+        clear_strays(out)
+        check_out_file(out, reads, module, mark)
+    if note:
+        print(note)
 
 
 def _open_stage(stage: Path, out: Path, module: str) -> int:
     """The staging directory, made (and marked as ``module``'s) or found as one ``module`` made before, opened
-    without following a link and locked; a link, a file or another's directory there is one line."""
-    what = f"python -m {module}"
-    found = kind(stage)
-    if found not in (None, "dir"):
+    without following a link and locked; a link, a file or another's directory there is one line. A staging
+    directory that another writer put in place as --out between its opening and its lock was not the one at that
+    name any more: the name is opened again."""
+    for _ in range(8):  # each turn follows a whole write of --out by another process: a loop bounded by them
+        fd = _lock_stage(stage, out, module)
+        try:
+            there = os.stat(stage, follow_symlinks=False)
+        except FileNotFoundError:
+            there = None
+        if there is not None and (there.st_dev, there.st_ino) == (os.fstat(fd).st_dev, os.fstat(fd).st_ino):
+            break
+        os.close(fd)
+    else:
+        raise UserError(f"other processes keep writing {out}; wait for them to finish, or pass another --out")
+    mark = stage / STAGE_MARK
+    if kind(mark) != "file" or mark.read_text(encoding="utf-8", errors="replace").strip() != module:
+        os.close(fd)
         raise UserError(
-            f"{stage} is a {found}, not a staging directory {what} made; move it away or choose another --out"
+            f"{stage} is not a staging directory python -m {module} made; move it away or choose another --out"
         )
+    return fd
+
+
+def _lock_stage(stage: Path, out: Path, module: str) -> int:
+    """The directory at ``stage``, made where there is none, opened and locked; the caller checks that it is still
+    the one at that name. Under the parent lock a staging directory is made with its mark, or renamed away, at once."""
     try:
-        if found is None:
-            with contextlib.suppress(FileExistsError):  # another process made it just now: checked below
+        with lock_beside(out):
+            found = kind(stage)
+            if found not in (None, "dir"):
+                raise UserError(
+                    f"{stage} is a {found}, not a staging directory python -m {module} made; move it away or choose "
+                    "another --out"
+                )
+            if found is None:
                 stage.mkdir(parents=True)
                 (stage / STAGE_MARK).write_text(module + "\n", encoding="utf-8")
-        fd = os.open(stage, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+            fd = os.open(stage, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
     except OSError as err:
         raise UserError(f"cannot use {out} as an output directory: {err.strerror}; pass another --out") from None
+    fault_point("stage-opened")
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         os.close(fd)
         raise UserError(f"another process is writing {out}; wait for it to finish, or pass another --out") from None
-    mark = stage / STAGE_MARK
-    if kind(mark) != "file" or mark.read_text(encoding="utf-8", errors="replace").strip() != module:
-        os.close(fd)
-        raise UserError(f"{stage} is not a staging directory {what} made; move it away or choose another --out")
     return fd
 
 
@@ -250,7 +301,7 @@ def _promote_dir(
     manifest = {"written_by": module, **invocation, "inputs": inputs, "files": files}
     (stage / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n", encoding="utf-8")
     _sync(stage)
-    killed_at("staged")
+    fault_point("staged")
     with parent_lock(out):
         previous = read_manifest(out) if kind(out) == "dir" else None
         meant = previous is not None and (previous.get("arguments"), previous.get("inputs")) == (
@@ -284,7 +335,7 @@ def _journal(out: Path, module: str, staged: Path, staged_digest: str, aside: Pa
         "aside": aside.name if aside else None,
     }
     _write_synced(journal_name(out), (json.dumps(entry) + "\n").encode("utf-8"))
-    killed_at("journal-written")
+    fault_point("journal-written")
 
 
 def _write_synced(path: Path, data: bytes) -> Path:
@@ -298,28 +349,29 @@ def _put_in_place(out: Path, module: str, staged: Path, aside: Path | None, mark
     _journal(out, module, staged, _staged_digest(staged), aside)
     if aside is not None:
         _rename(out, aside)
-        killed_at("moved-aside")
+        fault_point("moved-aside")
     _rename(staged, out)
-    killed_at("renamed-into-place")
+    fault_point("renamed-into-place")
     if marked:
         (out / STAGE_MARK).unlink()
         _sync(out)
-        killed_at("mark-removed")
+        fault_point("mark-removed")
     journal_name(out).unlink()
     _sync(out.parent)
 
 
 def replace_file(out: Path, reads: Sequence[Path], module: str, mark: bytes, data: bytes) -> str | None:
     """Write ``data`` to the file ``out`` (a page), the previous one moved aside, with the same journal as a
-    directory; what it moved aside, in words. A kill at any step is finished by the next run."""
-    note = finish_left(out, module)
-    check_out_file(out, reads, module, mark)
-    clear_strays(out)
-    if kind(out) == "file" and digest(out) == hashlib.sha256(data).hexdigest()[:16]:
-        return note  # the same page is there already
-    temporary = synced_temporary(out, data)
-    killed_at("staged")
-    with parent_lock(out):
+    directory; what it moved aside, in words. A kill at any step is finished by the next run. All of it is done
+    under the parent lock: a page is written in a moment, and its temporary must not be taken for a stray."""
+    with lock_beside(out):
+        note = _finish_left(out, module)
+        check_out_file(out, reads, module, mark)
+        clear_strays(out)
+        if kind(out) == "file" and digest(out) == hashlib.sha256(data).hexdigest()[:16]:
+            return note  # the same page is there already
+        temporary = synced_temporary(out, data)
+        fault_point("staged")
         aside = aside_path(out) if kind(out) == "file" else None
         _put_in_place(out, module, temporary, aside, marked=False)
     moved = f"moved the previous {out.name} aside to {aside.name}" if aside is not None else None
@@ -328,7 +380,8 @@ def replace_file(out: Path, reads: Sequence[Path], module: str, mark: bytes, dat
 
 def clear_strays(out: Path) -> None:
     """The temporary files a killed write of ``out`` (or of its journal) left beside it, none of them recorded in
-    a journal (finish_left has read it first)."""
+    a journal (_finish_left has read it first). The caller holds the parent lock, under which alone a writer makes
+    such files and renames them away."""
     for pattern in (f".{out.name}.*.tmp", f".{journal_name(out).name}.*.tmp"):
         for stray in out.parent.glob(pattern):
             with contextlib.suppress(OSError):

@@ -8,12 +8,15 @@ import hashlib
 import os
 import shutil
 import signal
+import subprocess
+import time
+from pathlib import Path
 
 import pytest
 
-from harness.core.faults import KILL_AT
+from harness.core.faults import KILL_AT, PAUSE_AT
 from harness.reports.promotion import STEPS
-from tests.harness.helpers import run_module
+from tests.harness.helpers import run_module, start_module
 from tests.harness.runs.test_merge import run
 from tests.harness.scoring.test_readers import command
 
@@ -103,3 +106,84 @@ def test_a_rerun_after_an_input_changed_names_it(runs, tmp_path, capsys):
     code, _, said = command("harness.export", [a, "--out", out], capsys)
     assert code == 0 and "(a changed since it was written)" in said, said
     assert os.path.isdir(out) and len([p for p in tmp_path.iterdir() if ".previous-" in p.name]) == 1
+
+
+def stopped(pid: int) -> bool:
+    """Whether the process is stopped (SIGSTOP: a NUMPREC_PAUSE_AT step reached)."""
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] in ("T", "t")
+
+
+def waiting_on_a_lock(pid: int) -> bool:
+    """Whether the process waits for a lock another holds (flock, /proc/locks' "->" lines name the waiter)."""
+    return any(line.split()[1] == "->" and line.split()[5] == str(pid) for line in open("/proc/locks"))
+
+
+def until(condition, command, what: str) -> None:
+    """Wait (two minutes at most, a loaded machine's start of a command included) for ``condition()``."""
+    deadline = time.monotonic() + 120
+    while not condition():
+        assert command.poll() is None, f"the command ended before {what}: {command.communicate()}"
+        assert time.monotonic() < deadline, f"not {what} in two minutes"
+        time.sleep(0.02)
+
+
+def started(module: str, args: list[str], pause_at: str | None = None):
+    env = {PAUSE_AT: pause_at} if pause_at else {}
+    return start_module(module, *args, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+
+def ended(command) -> tuple[int, str]:
+    """(exit status, stderr) of a command, let go first if it is stopped."""
+    if command.poll() is None:
+        os.kill(command.pid, signal.SIGCONT)
+    out, err = command.communicate(timeout=300)
+    return command.returncode, err
+
+
+@pytest.mark.parametrize("writer", ["report", "view"])
+@pytest.mark.parametrize("step", ["journal-written", "renamed-into-place"])
+def test_a_second_run_that_saw_the_first_ones_journal_finds_its_output_in_place(writer, step, runs, tmp_path):
+    """The race two runs of the same command ran into: the first paused in its final sequence (its journal on
+    disk), the second started then and waiting for the parent lock, then the first let go. The second reads the
+    journal under that lock only, so it never completes what the first completes itself (before: "No such file or
+    directory: '.OUT.numprec-journal'", a traceback): it finds the first one's output and ends as a rerun does."""
+    module, name, first, _ = WRITERS[writer]
+    out = tmp_path / name
+    one = started(module, argv(first, runs, out), pause_at=step)
+    two = None
+    try:
+        until(lambda: stopped(one.pid), one, f"paused at {step}")
+        two = started(module, argv(first, runs, out))
+        until(lambda: waiting_on_a_lock(two.pid), two, "waiting for the first one's lock")
+        assert ended(one) == (0, "")
+        code, err = ended(two)
+    finally:
+        for command in (one, two):
+            if command is not None and command.poll() is None:
+                command.kill()
+    assert (code, err) == (0, ""), err
+    assert sorted(p.name for p in tmp_path.iterdir()) == [name], "one output, nothing moved aside, nothing left"
+
+
+@pytest.mark.parametrize("writer", ["report", "export"])
+def test_a_staging_directory_put_in_place_before_a_second_run_locked_it_is_made_anew(writer, runs, tmp_path):
+    """The first run paused with its output staged; the second opened that staging directory and paused before
+    locking it; the first let go, which put it in place as --out. The second's lock is then on the first one's
+    output, not on a staging directory: it makes its own and ends as a rerun does (before: told to move away a
+    staging directory that was not there)."""
+    module, name, first, _ = WRITERS[writer]
+    out = tmp_path / name
+    one = started(module, argv(first, runs, out), pause_at="staged")
+    two = None
+    try:
+        until(lambda: stopped(one.pid), one, "paused with its output staged")
+        two = started(module, argv(first, runs, out), pause_at="stage-opened")
+        until(lambda: stopped(two.pid), two, "paused with the staging directory open")
+        assert ended(one) == (0, "")
+        code, err = ended(two)
+    finally:
+        for command in (one, two):
+            if command is not None and command.poll() is None:
+                command.kill()
+    assert (code, err) == (0, ""), err
+    assert sorted(p.name for p in tmp_path.iterdir()) == [name], "one output, nothing moved aside, nothing left"
