@@ -92,3 +92,30 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+def pytest_report_header(config) -> str:
+    """The CPU kind the suite runs on (harness/core/machine.py's CPU_KINDS), first: the kernels that decide what
+    the tests marked ``cpu_kinds`` expect."""
+    from harness.core.machine import cpu_bf16_instructions, cpu_kind, cpu_name
+
+    return f"CPU kind: {cpu_kind()} ({cpu_name()}; bf16 instructions: {', '.join(cpu_bf16_instructions()) or 'none'})"
+
+
+def pytest_runtest_setup(item):
+    """A test whose expectation depends on the CPU's kernels lists the kinds it was reasoned for
+    (``@pytest.mark.cpu_kinds(...)``); it says which kind it runs on, and on a kind it does not list it fails at once,
+    naming it, rather than pass or fail by a kernel nobody reasoned about."""
+    from harness.core.machine import cpu_kind
+
+    marker = item.get_closest_marker("cpu_kinds")
+    if marker is None:
+        return
+    here = cpu_kind()
+    item.user_properties.append(("cpu_kind", here))
+    if here not in marker.args:
+        pytest.fail(
+            f"{item.nodeid} was reasoned for the CPU kinds {', '.join(marker.args)}, not this one ({here}): check "
+            "what its kernels compute here, then list the kind",
+            pytrace=False,
+        )

@@ -53,6 +53,27 @@ def cpu_bf16_instructions() -> list[str]:
     return [flag for flag in cpu_flags() if flag in ("avx512_bf16", "amx_bf16")]
 
 
+# The kinds of CPU whose kernels compute differently, from the flags that decide it. torch multiplies bfloat16 with
+# AMX tiles ("amx"), with AVX-512's bf16 dot products ("avx512-bf16"), or by widening to float32 ("avx512", "avx2"),
+# and each sums a dot product in its own order; ggml and bitsandbytes pick their kernels by AVX-512 or AVX2.
+CPU_KINDS = ("avx2", "avx512", "avx512-bf16", "amx", "other")
+
+
+def cpu_kind(flags: list[str] | None = None) -> str:
+    """This CPU's kind (CPU_KINDS), or that of a CPU with ``flags``: the most capable whose flags it has.
+
+    >>> cpu_kind(["avx2", "fma"]), cpu_kind(["avx2", "avx512f", "avx512bw"]), cpu_kind(["avx512f", "avx512_bf16"])
+    ('avx2', 'avx512', 'avx512-bf16')
+    >>> cpu_kind(["avx512f", "avx512_bf16", "amx_tile", "amx_bf16"]), cpu_kind(["asimd"])
+    ('amx', 'other')
+    """
+    have = set(cpu_flags() if flags is None else flags)
+    for kind, needs in (("amx", "amx_bf16"), ("avx512-bf16", "avx512_bf16"), ("avx512", "avx512f"), ("avx2", "avx2")):
+        if needs in have:
+            return kind
+    return "other"
+
+
 def library_versions(names: tuple[str, ...] = LIBRARIES) -> dict[str, str]:
     """Installed versions of ``names`` (the ones not installed are left out)."""
     found = {}

@@ -57,6 +57,7 @@ SMALL = RunConfig(
 )
 
 
+@pytest.mark.cpu_kinds("avx2", "avx512", "avx512-bf16", "amx")
 def test_a_tiny_model_learns_one_digit_addition(tmp_path):
     summary = run(LEARNS, tmp_path, log=lambda line: None)
     assert summary["accuracy"] >= 0.95, summary["history"]

@@ -143,6 +143,7 @@ def test_the_cpu_kernels_a_format_needs_are_where_the_registry_says():
     assert result.stdout.split() == ["False", "True"]
 
 
+@pytest.mark.cpu_kinds("avx2", "avx512", "avx512-bf16", "amx")
 def test_a_server_of_a_format_this_cpu_has_no_vllm_kernel_for_is_one_line(tmp_path):
     """``harness.serve --engine vllm --precision gptq-w4``: where the CPU lacks AVX-512 the kernel is said missing
     before the server starts; elsewhere the command goes on to the checkpoint, which this empty cache lacks."""

@@ -117,6 +117,7 @@ def test_llamacpp_uses_the_same_token_ids_as_transformers(llamacpp_q8):
         assert list(buffer[:count]) == llamacpp_q8.tokenizer(prompt, add_special_tokens=False)["input_ids"]
 
 
+@pytest.mark.cpu_kinds("avx2", "avx512", "avx512-bf16", "amx")
 @needs_quantize_env
 def test_gptq_checkpoint_is_4bit_and_is_evaluated(gptq_checkpoint, tmp_path):
     config = json.loads((gptq_checkpoint / "config.json").read_text())["quantization_config"]
@@ -195,6 +196,7 @@ def test_quantize_rejects_a_group_size_that_does_not_tile_the_layers():
     assert_user_error(result, "does not divide", "576", "64")
 
 
+@pytest.mark.cpu_kinds("avx2", "avx512", "avx512-bf16", "amx")
 @needs_quantize_env
 def test_vllm_runs_the_gptq_checkpoint_with_its_int4_kernel(gptq_checkpoint, tmp_path):
     """The compressed-tensors W4A16 checkpoint harness.quantize makes, through --backend vllm: vLLM reads its

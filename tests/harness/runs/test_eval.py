@@ -7,6 +7,7 @@ import subprocess
 import time
 
 import matplotlib.image
+import pytest
 
 from harness.backends import widened_bf16
 from harness.core.machine import cpu_bf16_instructions
@@ -35,6 +36,7 @@ REQUIRED = [
 ]
 
 
+@pytest.mark.cpu_kinds("avx2", "avx512", "avx512-bf16", "amx")
 def test_run_directory_holds_every_output(tmp_path):
     out = tmp_path / "run"
     result = run_module(
