@@ -140,6 +140,26 @@ def ended(command) -> tuple[int, str]:
     return command.returncode, err
 
 
+def second_run_between(module: str, args: list[str], first_at: str, second_at: str | None = None) -> tuple[int, str]:
+    """The same command run twice: the first paused at ``first_at``; the second started then and let on until it
+    waits for the first one's lock (or paused at ``second_at``); then the first let go to its end (which must be
+    clean), then the second. The second's exit status and stderr."""
+    one, two = started(module, args, pause_at=first_at), None
+    try:
+        until(lambda: stopped(one.pid), one, f"paused at {first_at}")
+        two = started(module, args, pause_at=second_at)
+        if second_at:
+            until(lambda: stopped(two.pid), two, f"paused at {second_at}")
+        else:
+            until(lambda: waiting_on_a_lock(two.pid), two, "waiting for the first one's lock")
+        assert ended(one) == (0, "")
+        return ended(two)
+    finally:
+        for command in (one, two):
+            if command is not None and command.poll() is None:
+                command.kill()
+
+
 @pytest.mark.parametrize("writer", ["report", "view"])
 @pytest.mark.parametrize("step", ["journal-written", "renamed-into-place"])
 def test_a_second_run_that_saw_the_first_ones_journal_finds_its_output_in_place(writer, step, runs, tmp_path):
@@ -148,19 +168,7 @@ def test_a_second_run_that_saw_the_first_ones_journal_finds_its_output_in_place(
     journal under that lock only, so it never completes what the first completes itself (before: "No such file or
     directory: '.OUT.numprec-journal'", a traceback): it finds the first one's output and ends as a rerun does."""
     module, name, first, _ = WRITERS[writer]
-    out = tmp_path / name
-    one = started(module, argv(first, runs, out), pause_at=step)
-    two = None
-    try:
-        until(lambda: stopped(one.pid), one, f"paused at {step}")
-        two = started(module, argv(first, runs, out))
-        until(lambda: waiting_on_a_lock(two.pid), two, "waiting for the first one's lock")
-        assert ended(one) == (0, "")
-        code, err = ended(two)
-    finally:
-        for command in (one, two):
-            if command is not None and command.poll() is None:
-                command.kill()
+    code, err = second_run_between(module, argv(first, runs, tmp_path / name), step)
     assert (code, err) == (0, ""), err
     assert sorted(p.name for p in tmp_path.iterdir()) == [name], "one output, nothing moved aside, nothing left"
 
@@ -172,18 +180,6 @@ def test_a_staging_directory_put_in_place_before_a_second_run_locked_it_is_made_
     output, not on a staging directory: it makes its own and ends as a rerun does (before: told to move away a
     staging directory that was not there)."""
     module, name, first, _ = WRITERS[writer]
-    out = tmp_path / name
-    one = started(module, argv(first, runs, out), pause_at="staged")
-    two = None
-    try:
-        until(lambda: stopped(one.pid), one, "paused with its output staged")
-        two = started(module, argv(first, runs, out), pause_at="stage-opened")
-        until(lambda: stopped(two.pid), two, "paused with the staging directory open")
-        assert ended(one) == (0, "")
-        code, err = ended(two)
-    finally:
-        for command in (one, two):
-            if command is not None and command.poll() is None:
-                command.kill()
+    code, err = second_run_between(module, argv(first, runs, tmp_path / name), "staged", "stage-opened")
     assert (code, err) == (0, ""), err
     assert sorted(p.name for p in tmp_path.iterdir()) == [name], "one output, nothing moved aside, nothing left"
