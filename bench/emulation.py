@@ -21,7 +21,7 @@ from pathlib import Path
 from bench.common import log, median
 from harness.core.cli import ArgParser, run
 from harness.models import get_model, get_precision
-from harness.models.weights import check_weights
+from harness.models.weights import plan_weights
 
 PRECISIONS = ("bf16", "nvfp4", "mxfp4", "bf16+kv-fp8")
 MODEL = "smollm2-arith"
@@ -31,7 +31,7 @@ GOALS = {"nvfp4": 1.5, "mxfp4": 1.5, "bf16+kv-fp8": 1.1}  # issue 54: at most th
 def bench_emulation(repeats: int, work: Path, precisions: tuple[str, ...] = PRECISIONS) -> dict:
     model = get_model(MODEL)
     for precision in precisions:  # a checkpoint not made yet: its one line now, not after the passes before it
-        check_weights(model, None, get_precision(model, precision))
+        plan_weights(model, get_precision(model, precision))
     seconds: dict[str, list[float]] = {precision: [] for precision in precisions}
     outputs: dict[str, list[str]] = {}
     for repeat in range(repeats):

@@ -150,7 +150,7 @@ def load_config(path: Path) -> FinetuneConfig:
         raise UserError(f"no config file at {path}; see finetune/configs/ for examples")
     config = load_yaml_model(path, FinetuneConfig)
     from harness.models import get_model
-    from harness.models.weights import check_weights
+    from harness.models.weights import plan_weights
     from harness.questions.problems import parse_task
 
     model = get_model(config.model)
@@ -160,7 +160,7 @@ def load_config(path: Path) -> FinetuneConfig:
         raise UserError(f"{path}: task names no task; give one (add) or a list ([add, iter_add:3, mul])")
     unique(task_list(config), "task")
     if config.model_path:
-        check_weights(model, config.model_path)
+        plan_weights(model, None, config.model_path)
     rows = dataset_rows(config)
     check_schedule(config, path, rows)
     return config

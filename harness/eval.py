@@ -27,16 +27,11 @@ from harness.models.weights import (
     model_location,
     resolve_weights,
     runtime_adapter,
-    variant_weights,
 )
 from harness.reports.summary import write_reports
 from harness.runs.cells import run_group
 from harness.runs.config import SETTINGS, RunSpec, add_setting_flags, build_spec, load_config
 from harness.runs.parallel import Processes
-
-# Reports (summary, plots, comparisons, anatomy) are made again at most this often while a run goes, and at its end:
-# drawing them after every cell took 94% of a paper-grid run's time on the scripted backend, and rewrote its plots
-# 160 times.
 from harness.runs.plan import Variant, journal_path, overlap_notes, plan_groups, plan_variants, unfinished_cells
 from harness.runs.rundir import RunDir
 from harness.runs.trackers import WRITES, Trackers, add_report_to_flag, check_folders
@@ -54,7 +49,7 @@ def load_variant(variant: Variant, spec: RunSpec):
     if variant.backend == "api":  # the weights are the server's; here only the tokenizer that templates prompts
         owner = tokenizer_model(variant.model)
         local = owner is not None and (owner.kind != "hub" or spec.model_path)
-        tokenizer = resolve_weights(owner, spec.model_path) if local else None
+        tokenizer = (spec.model_path or resolve_weights(owner)) if local else None  # --model-path: checked at plan
         return load_backend(
             "api",
             tokenizer,
@@ -64,10 +59,9 @@ def load_variant(variant: Variant, spec: RunSpec):
             endpoint=variant.endpoint,
             journal=journal_path(spec),
         )
-    weights = variant_weights(variant.model, variant.precision, spec.model_path)
     return load_backend(
         variant.backend,
-        weights,
+        variant.weights.ready(),
         variant.precision,
         variant.adapter or runtime_adapter(variant.model, variant.precision, spec.model_path),
         spec.batch_size,

@@ -42,7 +42,7 @@ from harness.core.files import follow_umask, move_aside
 from harness.core.lock import DirectoryLock
 from harness.models import W4_PRECISIONS, ModelSpec, PrecisionSpec, get_model, get_precision, precision_registry
 from harness.models.autoawq import require_gptqmodel
-from harness.models.checkpoints import check_unquantized
+from harness.models.checkpoints import check_unquantized, read_checkpoint
 from harness.models.weights import quantized_dir, resolve_weights
 from harness.questions.problems import HELD_OUT_COUNT, TRAINING_LENGTHS, heldout_problems, parse_task
 from harness.questions.prompts import user_message
@@ -392,7 +392,7 @@ def checked_settings(args) -> tuple[ModelSpec, PrecisionSpec, int, str | None, P
                 "--model-path needs --out DIR: the cache's checkpoint is the registry model's; evaluate yours with "
                 "harness.eval --model-path DIR"
             )
-        check_unquantized(model_path)
+        check_unquantized(read_checkpoint(model_path))
     if group_size:
         check_group_size(model, group_size, model_path, precision)
     out = args.out or quantized_dir(model, precision)
@@ -461,7 +461,7 @@ def make_mix(args, argv: Sequence[str] | None) -> int:
     check_checkpoint_out(args.out)
     model_path = str(args.model_path) if args.model_path else None
     if model_path:
-        check_unquantized(model_path)
+        check_unquantized(read_checkpoint(model_path))
     args.samples = args.samples or FORMAT_CALIBRATION
     lock = (
         None if os.environ.get(HANDED_OVER) else DirectoryLock(args.out.parent, command_line("harness.quantize", argv))

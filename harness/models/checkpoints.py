@@ -5,23 +5,31 @@ AWQ). Everything a user can get wrong here is one line saying what to do."""
 
 from __future__ import annotations
 
+import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.core.errors import UserError
+from harness.core.errors import UserError, one_line
 from harness.core.files import read_json
 from harness.models.formats import check_declared, declared_precision
 from harness.models.mix import Mix, read_mix
 from harness.models.registry import W4_PRECISIONS, PrecisionSpec
 
+PROVENANCE = "numprec_quantize.json"  # what harness.quantize leaves beside the weights it wrote
+
 
 @dataclass(frozen=True)
 class Checkpoint:
-    """A --model-path directory, read once: its quantization_config, the registry precision that config declares
-    (every layer in one format), or the mix its layers make."""
+    """A model directory, read once where it enters (read_checkpoint): config.json, its quantization_config, every
+    tensor's dtype and shape from the weights' headers, the note harness.quantize leaves; and what these declare,
+    a registry precision or a mix. The checks below are functions of this value: nothing reads the directory again."""
 
     path: Path
+    config: Mapping
     quantization: dict | None
+    tensors: Mapping[str, dict]  # name -> {"dtype", "shape"}, over every safetensors shard the directory names
+    provenance: Mapping  # numprec_quantize.json ({} where there is none)
     declared: str | None
     mix: Mix | None
 
@@ -30,47 +38,101 @@ class Checkpoint:
         """The precision its rows are labelled with: the declared one, or the mix's label."""
         return self.mix.label if self.mix else self.declared
 
+    @property
+    def method(self) -> str | None:
+        """The method harness.quantize calibrated with, as its note says."""
+        method = self.provenance.get("method")
+        return method if isinstance(method, str) else None
+
 
 def read_checkpoint(path: str | Path) -> Checkpoint:
-    """What a checkpoint directory holds, read from config.json, the weights' headers and its recipe (a mix's layers
-    resolved as compressed-tensors resolves them)."""
-    config = quantization_config(path)
+    """A directory transformers can load, read once: a readable config.json of an architecture transformers knows,
+    a well-formed quantization_config, and weights beside it whose headers read (safetensors files, or an index whose
+    weight map names files that are there); a mix's layers resolved as compressed-tensors resolves them. Whatever is
+    wrong is one line."""
+    path = Path(path)
+    if not (path / "config.json").is_file():
+        raise UserError(f"--model-path {path} is not a model directory (no config.json there)")
+    config = read_json(path / "config.json", f"{path} is not a loadable model directory")
+    quantization = _quantization(config, path / "config.json")
+    from transformers import CONFIG_MAPPING
+
+    if config["model_type"] not in CONFIG_MAPPING:
+        architecture = config["model_type"]
+        raise UserError(f"{path}/config.json: model_type {architecture!r} is no architecture transformers knows")
+    tensors: dict[str, dict] = {}
+    for shard in _shards(path):
+        tensors.update(read_safetensors_header(path / shard))
+    provenance = _provenance(path)
     # one config group can leave layers out beside lm_head (a recipe's ignore): a mix too, so every layer is read
-    compressed = config and config.get("quant_method") == "compressed-tensors"
-    return Checkpoint(
-        Path(path), config, declared_precision(config), read_mix(Path(path), config) if compressed else None
-    )
+    compressed = quantization and quantization.get("quant_method") == "compressed-tensors"
+    mix = read_mix(path, config, quantization, tensors, provenance) if compressed else None
+    return Checkpoint(path, config, quantization, tensors, provenance, declared_precision(quantization), mix)
 
 
-def quantization_config(path: str | Path) -> dict | None:
-    """A checkpoint directory's quantization_config (None: unquantized, or no config.json there). A config.json
-    transformers could not read is refused here, before any weights load."""
-    config = Path(path) / "config.json"
-    if not config.is_file():
-        return None
-    data = read_json(config, f"{path} is not a loadable model directory")
-    if not isinstance(data.get("model_type"), str):
-        raise UserError(f"{config} names no model_type; it is not a transformers config (fix it or pass another path)")
-    quant = data.get("quantization_config")
+def _quantization(config: dict, where: Path) -> dict | None:
+    """A config.json's quantization_config, its shape checked (None: unquantized)."""
+    if not isinstance(config.get("model_type"), str):
+        raise UserError(f"{where} names no model_type; it is not a transformers config (fix it or pass another path)")
+    quant = config.get("quantization_config")
     if quant is not None and not (isinstance(quant, dict) and isinstance(quant.get("quant_method"), str)):
-        raise UserError(f"{config}: quantization_config must be a mapping with a quant_method, got {quant!r:.60}")
+        raise UserError(f"{where}: quantization_config must be a mapping with a quant_method, got {quant!r:.60}")
     return quant
 
 
-def _provenance_method(path: Path) -> str | None:
-    """The method harness.quantize calibrated with, from the note it leaves beside the weights."""
-    import json
+def _shards(path: Path) -> list[str]:
+    """The safetensors files a model directory's weights are in (none where they are pytorch_model*.bin)."""
+    index = next(path.glob("*.safetensors.index.json"), None)
+    if index is not None:
+        weight_map = read_json(index, f"{index} is not a safetensors index").get("weight_map")
+        if not isinstance(weight_map, dict) or not weight_map:
+            raise UserError(f"{index} has no weight_map; it cannot say where the weights are")
+        return sorted({str(name) for name in weight_map.values()})
+    shards = sorted(item.name for item in path.glob("*.safetensors"))
+    if not shards and not next(path.glob("pytorch_model*.bin"), None):
+        raise UserError(f"{path} has a config.json but no weights (*.safetensors or pytorch_model.bin)")
+    return shards
 
-    note = path / "numprec_quantize.json"
+
+def read_safetensors_header(path: Path) -> dict[str, dict]:
+    """Each tensor's dtype and shape in a safetensors file, read without loading it; an empty, cut or foreign file
+    is one line naming it."""
+    from safetensors import safe_open
+
+    if not path.is_file():
+        raise UserError(f"{path} is missing (a weights file the model directory names)")
     try:
-        return json.loads(note.read_text(encoding="utf-8")).get("method") if note.is_file() else None
-    except (json.JSONDecodeError, UnicodeDecodeError, AttributeError):
+        with safe_open(str(path), framework="pt") as handle:
+            return {
+                name: {"dtype": handle.get_slice(name).get_dtype(), "shape": list(handle.get_slice(name).get_shape())}
+                for name in handle.keys()  # noqa: SIM118
+            }
+    except Exception as err:  # noqa: BLE001 (safetensors raises its own and OS errors alike)
+        raise UserError(f"{path} is not a readable safetensors file ({one_line(err)}); replace it") from None
+
+
+def _provenance(path: Path) -> Mapping:
+    """The note harness.quantize leaves beside the weights ({} where there is none, or none readable)."""
+    note = path / PROVENANCE
+    try:
+        found = json.loads(note.read_text(encoding="utf-8")) if note.is_file() else {}
+    except (OSError, ValueError):
+        return {}
+    return found if isinstance(found, dict) else {}
+
+
+def quantization_config(path: str | Path) -> dict | None:
+    """A directory's quantization_config, for the tools that look at one directory once (None: unquantized, or no
+    config.json there)."""
+    config = Path(path) / "config.json"
+    if not config.is_file():
         return None
+    return _quantization(read_json(config, f"{path} is not a loadable model directory"), config)
 
 
-def check_quantized_checkpoint(path: Path, precision: PrecisionSpec) -> None:
+def check_quantized_checkpoint(checkpoint: Checkpoint, precision: PrecisionSpec) -> None:
     """A GPTQ/AWQ precision must load a checkpoint that really is 4-bit: no fp32 directory under a w4 label."""
-    config = quantization_config(path)
+    path, config = checkpoint.path, checkpoint.quantization
     if not config:
         raise UserError(
             f"{path} holds an unquantized checkpoint, not {precision.name}; pass the directory "
@@ -78,14 +140,14 @@ def check_quantized_checkpoint(path: Path, precision: PrecisionSpec) -> None:
         )
     if precision.layer_formats:
         return  # a mix's precision is made from this checkpoint's own layers (models/mix.py)
-    if precision.method == "compressed" or declared_precision(config) not in (None, "gptq-w4"):
+    if precision.method == "compressed" or checkpoint.declared not in (None, "gptq-w4"):
         check_declared(str(path), config, precision)
         return
     recorded = quantization_summary(config)
     if recorded.get("bits") not in (None, precision.weight_bits):
         raise UserError(f"{path} is a {recorded['bits']}-bit checkpoint, not {precision.name}")
     # The label names the method: AWQ checkpoints are AutoAWQ files; a GPTQ calibration is never called AWQ.
-    method = _provenance_method(path) or ("awq" if config.get("quant_method") == "awq" else None)
+    method = checkpoint.method or ("awq" if config.get("quant_method") == "awq" else None)
     if precision.method == "awq" and config.get("quant_method") != "awq":
         raise UserError(
             f"{path} is not in AutoAWQ format (quant_method {config.get('quant_method')}), which awq-w4 loads "
@@ -96,18 +158,18 @@ def check_quantized_checkpoint(path: Path, precision: PrecisionSpec) -> None:
         raise UserError(f"{path} was calibrated with {method}, not {precision.method}; use --precision {other}")
 
 
-def check_transformers_can_read(path: str) -> None:
+def check_transformers_can_read(checkpoint: Checkpoint) -> None:
     """transformers 5.23 with compressed-tensors 0.19 cannot load an asymmetric (zero-point) compressed-tensors
     checkpoint: it packs the zero points and then rejects their shape (seen with llm-compressor's AWQ output).
     AutoAWQ's format holds the same codes and loads through gptqmodel."""
-    config = quantization_config(path)
+    config = checkpoint.quantization
     if not config or config.get("quant_method") != "compressed-tensors":
         return
     groups = (config.get("config_groups") or {}).values()
     if any(not (group.get("weights") or {}).get("symmetric", True) for group in groups):
         raise UserError(
-            f"{path} is an asymmetric compressed-tensors checkpoint, which transformers cannot load; write it in "
-            "AutoAWQ format (python -m harness.quantize --method awq, the default --format autoawq)"
+            f"{checkpoint.path} is an asymmetric compressed-tensors checkpoint, which transformers cannot load; "
+            "write it in AutoAWQ format (python -m harness.quantize --method awq, the default --format autoawq)"
         )
 
 
@@ -131,15 +193,17 @@ def quantize_flag(precision: PrecisionSpec) -> str:
     return f"--method {precision.method}"
 
 
-def check_unquantized(model_path: str | None) -> None:
+def check_unquantized(checkpoint: Checkpoint | None) -> None:
     """A cast precision on a quantized checkpoint would label 4-bit weights fp32/bf16."""
-    config = quantization_config(model_path) if model_path else None
+    config = checkpoint.quantization if checkpoint else None
     if config:
-        declared = declared_precision(config)
+        declared = checkpoint.declared
         if not declared and config.get("quant_method") == "compressed-tensors":
             raise UserError(
-                f"--model-path {model_path} is a compressed-tensors checkpoint whose layers hold several formats; "
-                "evaluate it without --precision (each layer runs in its own)"
+                f"--model-path {checkpoint.path} is a compressed-tensors checkpoint whose layers hold several "
+                "formats; evaluate it without --precision (each layer runs in its own)"
             )
         which = declared or ("awq-w4" if config.get("quant_method") == "awq" else "gptq-w4 or awq-w4")
-        raise UserError(f"--model-path {model_path} is a quantized checkpoint; evaluate it with --precision {which}")
+        raise UserError(
+            f"--model-path {checkpoint.path} is a quantized checkpoint; evaluate it with --precision {which}"
+        )

@@ -113,15 +113,16 @@ def check_loaded(precision: PrecisionSpec, loaded: Mapping[str, str], engine: st
         )
 
 
-def linear_modules(path: Path) -> dict:
-    """The architecture's linear layers by name, built on the meta device from config.json (no weights read)."""
+def linear_modules(path: Path, config: Mapping) -> dict:
+    """The architecture's linear layers by name, built on the meta device from ``config`` (``path``'s config.json,
+    as read once; no weights read)."""
     import torch
-    from transformers import AutoConfig, AutoModelForCausalLM
+    from transformers import CONFIG_MAPPING, AutoModelForCausalLM
 
     try:
-        config = AutoConfig.from_pretrained(path)
+        built = CONFIG_MAPPING[config["model_type"]].from_dict(dict(config))  # as from_pretrained builds it
         with torch.device("meta"):
-            model = AutoModelForCausalLM.from_config(config)
+            model = AutoModelForCausalLM.from_config(built)
     except Exception as err:  # whatever transformers raises building a model from a config it read
         raise UserError(
             f"{path}: its layers cannot be read from config.json ({one_line(err)}); pass a checkpoint of an "
@@ -165,14 +166,17 @@ def plainly_uniform(config: Mapping) -> bool:
     )
 
 
-def read_mix(path: Path, config: Mapping) -> Mix | None:
-    """The mix a compressed-tensors checkpoint holds, or None where its layers (lm_head apart) hold one format. A
+def read_mix(
+    path: Path, config: Mapping, quantization: Mapping, tensors: Mapping[str, dict], provenance: Mapping
+) -> Mix | None:
+    """The mix a compressed-tensors checkpoint holds (``path``: its config.json, quantization_config, tensor
+    headers and harness.quantize's note, as read once), or None where its layers (lm_head apart) hold one format. A
     layer in a format numprec has no precision for, or a recipe beside it that gives a layer another format, is one
     line."""
-    if plainly_uniform(config):
+    if plainly_uniform(quantization):
         return None
-    modules = linear_modules(path)
-    schemes = layer_schemes(config, modules, f"{path}/config.json")
+    modules = linear_modules(path, config)
+    schemes = layer_schemes(quantization, modules, f"{path}/config.json")
     unknown = sorted(layer for layer, scheme in schemes.items() if scheme is None)
     if unknown:
         raise UserError(
@@ -181,24 +185,21 @@ def read_mix(path: Path, config: Mapping) -> Mix | None:
         )
     if len({scheme for layer, scheme in schemes.items() if layer != HEAD}) < 2:
         return None
-    for recipe, text in _recipes(path):
+    for recipe, text in _recipes(path, provenance):
         _check_recipe(path, recipe, text, schemes, modules)
     shapes = {name: tuple(module.weight.shape) for name, module in modules.items() if name != HEAD}
-    bits = layer_bits(path, list(shapes), shapes)
+    bits = layer_bits(tensors, list(shapes), shapes)
     weights = sum(rows * columns for rows, columns in shapes.values())
     total = sum(bits.get(layer, 16.0) * rows * columns for layer, (rows, columns) in shapes.items())
     return Mix(schemes, total / weights)  # type: ignore[arg-type]
 
 
-def _recipes(path: Path) -> list[tuple[str, str]]:
+def _recipes(path: Path, provenance: Mapping) -> list[tuple[str, str]]:
     """The recipes a checkpoint records: llm-compressor's recipe.yaml, and the text numprec_quantize.json kept."""
     found = []
     if (path / "recipe.yaml").is_file():
         found.append(("recipe.yaml", (path / "recipe.yaml").read_text(encoding="utf-8")))
-    try:
-        kept = json.loads((path / "numprec_quantize.json").read_text(encoding="utf-8")).get("recipe_file")
-    except (OSError, ValueError, AttributeError):
-        kept = None
+    kept = provenance.get("recipe_file")
     if isinstance(kept, str):
         found.append(("the recipe numprec_quantize.json records", kept))
     return found

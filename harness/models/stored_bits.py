@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import struct
+from collections.abc import Mapping
 from pathlib import Path
 
 from harness.core.errors import UserError
@@ -42,10 +43,10 @@ def stored_tensors(checkpoint: Path) -> dict[str, dict]:
     return tensors
 
 
-def layer_bits(checkpoint: Path, layers: list[str], shapes: dict[str, tuple[int, int]]) -> dict[str, float]:
-    """Bits a weight of each layer (``shapes``: its [out, in] as the model has it), counting every tensor the
-    checkpoint stores for it; a layer the checkpoint does not store apart (a tied lm_head) is left out."""
-    tensors = stored_tensors(checkpoint)
+def layer_bits(tensors: Mapping[str, dict], layers: list[str], shapes: dict[str, tuple[int, int]]) -> dict[str, float]:
+    """Bits a weight of each layer (``shapes``: its [out, in] as the model has it), counting every tensor a
+    checkpoint stores for it (``tensors``: their headers, stored_tensors); a layer the checkpoint does not store apart
+    (a tied lm_head) is left out."""
     found = {}
     for layer in layers:
         stored = [tensors.get(f"{layer}.{suffix}") for suffix in SUFFIXES]

@@ -12,13 +12,21 @@ import re
 import shutil
 import sys
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness.core.errors import UserError, one_line
+from harness.core.errors import UserError
 from harness.core.files import follow_umask, read_json
 from harness.core.paths import cache_root
 from harness.models import ModelSpec, PrecisionSpec, get_model
-from harness.models.checkpoints import check_quantized_checkpoint, check_unquantized, quantization_config, quantize_flag
+from harness.models.checkpoints import (
+    Checkpoint,
+    check_quantized_checkpoint,
+    check_unquantized,
+    quantize_flag,
+    read_checkpoint,
+    read_safetensors_header,
+)
 from harness.models.gguf import GGUF_VERSION, check_gguf_type, gguf_variant
 
 
@@ -37,21 +45,101 @@ def check_hardware(model: ModelSpec, precision: PrecisionSpec) -> None:
         )
 
 
-def check_weights(model: ModelSpec, model_path: str | None = None, precision: PrecisionSpec | None = None) -> None:
-    """Fail now, not after an hour of other cells, if this model's weights cannot be had here."""
-    if precision is not None and (precision.method == "gguf" or precision.prequantized):
-        variant_weights(model, precision, model_path, prepare=False)
-        return
-    check_unquantized(model_path)
+@dataclass(frozen=True)
+class Weights:
+    """What a variant loads, resolved once at plan time (plan_weights): the directory or .gguf file, what that
+    directory holds where it was read (its Checkpoint), and the step that makes it where it is not made yet (a
+    conversion, a merge, a requantization: each cached, made once), which ``ready`` takes when the variant loads."""
+
+    path: str | None
+    checkpoint: Checkpoint | None = None
+    make: Callable[[], str] | None = field(default=None, compare=False)
+
+    def ready(self) -> str:
+        """The directory or file to load, made first where it is not made yet."""
+        return self.make() if self.make is not None else str(self.path)
+
+
+def plan_weights(
+    model: ModelSpec,
+    precision: PrecisionSpec | None = None,
+    model_path: str | None = None,
+    checkpoint: Checkpoint | None = None,
+) -> Weights:
+    """What a backend loads for ``model`` at ``precision`` (None: its own weights as they are), every check made now,
+    not after an hour of other cells, and nothing built yet. ``checkpoint``: --model-path's directory where the
+    caller has read it already. GGUF variants of a gguf-package model are the shipped file and files requantized
+    from it; GPTQ/AWQ and compressed-tensors variants are checkpoints harness.quantize made (cached) or --model-path."""
+    if precision is not None and precision.method == "gguf":
+        return _gguf_weights(model, precision, model_path)
+    if precision is not None and precision.prequantized:
+        return _quantized_weights(model, precision, model_path, checkpoint)
+    own = _own_weights(model, model_path, checkpoint)
+    if precision is not None and precision.method == "bnb" and model.kind == "adapter" and not model_path:
+        # QLoRA's way: the base quantized at load time, the adapter on top (runtime_adapter names it)
+        return Weights(None, make=lambda: resolve_weights(base_model(model)))
+    return own
+
+
+def _own_weights(model: ModelSpec, model_path: str | None, checkpoint: Checkpoint | None) -> Weights:
     if model_path:
-        check_model_dir(Path(model_path))
-    elif model.kind == "gguf-package":
+        checkpoint = checkpoint or read_checkpoint(model_path)
+        check_unquantized(checkpoint)
+        return Weights(str(checkpoint.path), checkpoint)
+    kind = model.kind
+    if kind == "gguf-package":
         gguf_file(model.source.package, model.source.file)
-    elif model.kind == "adapter":
+        return Weights(None, make=lambda: str(converted_gguf_package(model)))
+    if kind == "adapter":
         model_adapter(model)
-        check_weights(base_model(model))
-    elif model.kind == "hub":
-        _hub_snapshot(model)
+        _own_weights(base_model(model), None, None)
+        return Weights(None, make=lambda: str(merged_adapter_model(model)))
+    if kind == "local":
+        checkpoint = read_checkpoint(model.source.path)
+        return Weights(str(checkpoint.path), checkpoint)
+    if kind == "hub":
+        return Weights(_hub_snapshot(model))
+    raise UserError(f"models.yaml: {model.name} has unknown source kind '{kind}' (gguf-package, adapter, hub, local)")
+
+
+def _gguf_weights(model: ModelSpec, precision: PrecisionSpec, model_path: str | None) -> Weights:
+    if model_path:
+        if not (model_path.endswith(".gguf") and Path(model_path).is_file()):
+            raise UserError(f"--model-path for {precision.name} must be a .gguf file, got {model_path}")
+        check_gguf_type(Path(model_path), precision.weight_dtype)
+        return Weights(model_path)
+    shipped = base_model(model) if model.kind == "adapter" else model
+    if shipped.kind != "gguf-package":
+        raise UserError(f"{model.name} has no GGUF file; pass --model-path FILE.gguf")
+    source = gguf_file(shipped.source.package, shipped.source.file)
+    if model.kind == "adapter":
+        model_adapter(model)
+
+    def make() -> str:
+        made = merged_gguf(model, source) if model.kind == "adapter" else source
+        folder = cache_root() / "models" / f"{model.name}-gguf-{GGUF_VERSION}{adapter_tag(model)}"
+        return str(gguf_variant(made, folder, model.name, precision.weight_dtype, lambda: resolve_weights(model)))
+
+    return Weights(None, make=make)
+
+
+def _quantized_weights(
+    model: ModelSpec, precision: PrecisionSpec, model_path: str | None, checkpoint: Checkpoint | None
+) -> Weights:
+    if model_path:
+        checkpoint = checkpoint or read_checkpoint(model_path)
+    else:
+        path = quantized_dir(model, precision)
+        if not (path / "config.json").is_file():
+            if model.kind == "hub":
+                return Weights(_hub_snapshot(model))
+            raise UserError(
+                f"no {precision.name} checkpoint of {model.name} at {path}; make it with: "
+                f"{quantize_command(model, precision)}"
+            )
+        checkpoint = read_checkpoint(path)
+    check_quantized_checkpoint(checkpoint, precision)
+    return Weights(str(checkpoint.path), checkpoint)
 
 
 TOKENIZER_DIR = "NUMPREC_TOKENIZER_DIR"
@@ -70,66 +158,18 @@ def default_tokenizer_dir() -> str:
 
 
 def resolve_weights(model: ModelSpec, model_path: str | None = None) -> str:
-    """A local directory (or a hub id present in the local HF cache) from which transformers can load."""
+    """A local directory (or a hub id present in the local HF cache) from which transformers can load ``model``'s
+    own weights (made where they are not made yet), or from the directory ``model_path`` (checked, whatever it holds:
+    a tokenizer is read from a quantized checkpoint too)."""
     if model_path:
-        return str(check_model_dir(Path(model_path)))
-    kind = model.kind
-    if kind == "gguf-package":
-        return str(converted_gguf_package(model))
-    if kind == "adapter":
-        return str(merged_adapter_model(model))
-    if kind == "local":
-        return resolve_weights(model, model.source.path)
-    if kind == "hub":
-        return _hub_snapshot(model)
-    raise UserError(f"models.yaml: {model.name} has unknown source kind '{kind}' (gguf-package, adapter, hub, local)")
+        return str(read_checkpoint(model_path).path)
+    return _own_weights(model, None, None).ready()
 
 
-def variant_weights(
-    model: ModelSpec, precision: PrecisionSpec, model_path: str | None = None, prepare: bool = True
-) -> str:
-    """What a backend loads for this model at this precision: a checkpoint directory, or a .gguf file.
-
-    GGUF variants of a gguf-package model are the shipped file and files requantized from it (cached);
-    GPTQ/AWQ variants are checkpoints made by ``harness.quantize`` (cached) or given with --model-path.
-    With ``prepare=False`` nothing is built, only checked.
-    """
-    if precision.method == "gguf":
-        if model_path:
-            if not (model_path.endswith(".gguf") and Path(model_path).is_file()):
-                raise UserError(f"--model-path for {precision.name} must be a .gguf file, got {model_path}")
-            check_gguf_type(Path(model_path), precision.weight_dtype)
-            return model_path
-        shipped = base_model(model) if model.kind == "adapter" else model
-        if shipped.kind != "gguf-package":
-            raise UserError(f"{model.name} has no GGUF file; pass --model-path FILE.gguf")
-        source = gguf_file(shipped.source.package, shipped.source.file)
-        if model.kind == "adapter":
-            model_adapter(model)
-        if not prepare:
-            return ""
-        if model.kind == "adapter":
-            source = merged_gguf(model, source)
-        folder = cache_root() / "models" / f"{model.name}-gguf-{GGUF_VERSION}{adapter_tag(model)}"
-        return str(gguf_variant(source, folder, model.name, precision.weight_dtype, lambda: resolve_weights(model)))
-    if precision.method == "bnb" and model.kind == "adapter" and not model_path:
-        # QLoRA's way: the base quantized at load time, the adapter on top (runtime_adapter names it)
-        return resolve_weights(base_model(model)) if prepare else ""
-    if precision.prequantized:
-        path = Path(model_path) if model_path else quantized_dir(model, precision)
-        if model_path:
-            check_model_dir(path)
-        if not (path / "config.json").is_file():
-            if model.kind == "hub":
-                return _hub_snapshot(model)
-            raise UserError(
-                f"no {precision.name} checkpoint of {model.name} at {path}; make it with: "
-                f"{quantize_command(model, precision)}"
-            )
-        check_quantized_checkpoint(path, precision)
-        return str(path)
-    check_unquantized(model_path)
-    return resolve_weights(model, model_path) if prepare else ""
+def variant_weights(model: ModelSpec, precision: PrecisionSpec, model_path: str | None = None) -> str:
+    """What a backend loads for this model at this precision (plan_weights), made now: for the commands that load
+    one variant straight away."""
+    return plan_weights(model, precision, model_path).ready()
 
 
 def quantized_dir(model: ModelSpec, precision: PrecisionSpec) -> Path:
@@ -153,49 +193,9 @@ def quantize_command(model: ModelSpec, precision: PrecisionSpec) -> str:
     return f"{command} --bits {precision.weight_bits} --group-size {precision.group_size}"
 
 
-def check_model_dir(path: Path) -> Path:
-    """A directory transformers can load: a readable config.json of an architecture transformers knows, and weights
-    beside it whose headers read (safetensors files, or an index whose weight map names files that are there)."""
-    if not (path / "config.json").is_file():
-        raise UserError(f"--model-path {path} is not a model directory (no config.json there)")
-    quantization_config(path)  # reads and checks config.json
-    model_type = read_json(path / "config.json", f"{path} is not a loadable model directory")["model_type"]
-    from transformers import CONFIG_MAPPING
-
-    if model_type not in CONFIG_MAPPING:
-        raise UserError(f"{path}/config.json: model_type {model_type!r} is no architecture transformers knows")
-    index = next(path.glob("*.safetensors.index.json"), None)
-    if index is not None:
-        weight_map = read_json(index, f"{index} is not a safetensors index").get("weight_map")
-        if not isinstance(weight_map, dict) or not weight_map:
-            raise UserError(f"{index} has no weight_map; it cannot say where the weights are")
-        shards = sorted({str(name) for name in weight_map.values()})
-    else:
-        shards = [item.name for item in path.glob("*.safetensors")]
-        if not shards and not next(path.glob("pytorch_model*.bin"), None):
-            raise UserError(f"{path} has a config.json but no weights (*.safetensors or pytorch_model.bin)")
-    for shard in shards:
-        check_safetensors(path / shard)
-    return path
-
-
-def check_safetensors(path: Path) -> dict[str, list[int]]:
-    """The tensor shapes in a safetensors file's header, read without loading it; an empty, cut or foreign file is
-    one line naming it."""
-    from safetensors import safe_open
-
-    if not path.is_file():
-        raise UserError(f"{path} is missing (a weights file the model directory names)")
-    try:
-        with safe_open(str(path), framework="pt") as handle:
-            return {name: list(handle.get_slice(name).get_shape()) for name in handle.keys()}  # noqa: SIM118
-    except Exception as err:  # noqa: BLE001 (safetensors raises its own and OS errors alike)
-        raise UserError(f"{path} is not a readable safetensors file ({one_line(err)}); replace it") from None
-
-
-def check_adapter_dir(path: Path, base: Callable[[], str] | None = None) -> None:
+def check_adapter_dir(path: Path, base: Callable[[], Checkpoint] | None = None) -> None:
     """A peft adapter directory before any model loads: a config of a type peft knows with its settings' types,
-    readable weights, and, with ``base`` (giving a model directory), LoRA shapes that fit that model's layers."""
+    readable weights, and, with ``base`` (giving the model's directory, as read), LoRA shapes that fit its layers."""
     what = f"--adapter {path} is not a peft adapter directory"
     if not (path / "adapter_config.json").is_file():
         raise UserError(f"{what} (no adapter_config.json); make one with python -m finetune.train")
@@ -213,11 +213,11 @@ def check_adapter_dir(path: Path, base: Callable[[], str] | None = None) -> None
     weights = path / "adapter_model.safetensors"
     if not weights.is_file():
         raise UserError(f"{what} (no adapter_model.safetensors)")
-    shapes = check_safetensors(weights)
+    shapes = {name: header["shape"] for name, header in read_safetensors_header(weights).items()}
     if base is None or kind != "LORA":
         return
-    base = base()
-    sizes = read_json(Path(base) / "config.json", f"{base} is not a loadable model directory")
+    checkpoint = base()
+    base, sizes = checkpoint.path, checkpoint.config
     widths = {sizes.get("hidden_size"), sizes.get("intermediate_size")}
     head = sizes.get("head_dim") or (sizes.get("hidden_size", 0) // max(1, sizes.get("num_attention_heads", 1)))
     widths.add(head * sizes.get("num_key_value_heads", sizes.get("num_attention_heads", 0)))

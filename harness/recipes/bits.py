@@ -6,14 +6,14 @@ from __future__ import annotations
 from pathlib import Path
 
 from harness.models import PrecisionSpec
-from harness.models.stored_bits import layer_bits
+from harness.models.stored_bits import layer_bits, stored_tensors
 
 
 def precision_bits(precision: PrecisionSpec, checkpoint: Path | None, shapes: dict[str, tuple[int, int]]) -> dict:
     """Bits a weight of each layer at ``precision``: its weight bits for a cast, else as ``checkpoint`` stores it."""
     if precision.method == "cast" or checkpoint is None:
         return {layer: float(precision.weight_bits) for layer in shapes}
-    return layer_bits(checkpoint, list(shapes), shapes)
+    return layer_bits(stored_tensors(checkpoint), list(shapes), shapes)
 
 
 def mean_bits(bits: dict[str, float], shapes: dict[str, tuple[int, int]], layers: list[str]) -> float:

@@ -24,21 +24,11 @@ from harness.models import (
 )
 from harness.models.checkpoints import Checkpoint, check_transformers_can_read, read_checkpoint
 from harness.models.mix import mix_precision
-from harness.models.weights import (
-    check_adapter_dir,
-    check_hardware,
-    check_weights,
-    resolve_weights,
-    variant_weights,
-)
+from harness.models.weights import Weights, check_adapter_dir, check_hardware, plan_weights, resolve_weights
 from harness.questions.problems import Task
 from harness.questions.prompts import template_name
 from harness.runs.config import RunSpec
 from harness.runs.results import cell_key
-
-# Reports (summary, plots, comparisons, anatomy) are made again at most this often while a run goes, and at its end:
-# drawing them after every cell took 94% of a paper-grid run's time on the scripted backend, and rewrote its plots
-# 160 times.
 
 
 @dataclass
@@ -50,6 +40,7 @@ class Variant:
     adapter: str | None
     backend: str = "hf"
     endpoint: Endpoint | None = None  # --backend api: where the model is served (checked by a preflight request)
+    weights: Weights | None = field(default=None, compare=False)  # what it loads (None: served elsewhere)
 
     @property
     def label(self) -> str:
@@ -91,7 +82,7 @@ def plan_variants(spec: RunSpec) -> list[Variant]:
     plan order), then the weights and checkpoints."""
     variants = []
     named = []
-    checkpoint = read_checkpoint(spec.model_path) if spec.model_path else None
+    checkpoint = read_model_path(spec.model_path)
     mix = checkpoint.mix if checkpoint else None
     for name, precision_name in series_of(spec, checkpoint):
         model = get_model(name)
@@ -107,33 +98,50 @@ def plan_variants(spec: RunSpec) -> list[Variant]:
         awq_kernels.wanted_kernel()  # a kernel name of none: said before the checkpoint is looked at
     for model, precision, backend in named:
         if backend == "api":
-            variants.append(plan_served(model, precision, spec))
+            variants.append(plan_served(model, precision, spec, checkpoint))
             continue
         check_hardware(model, precision)
         if backend == "vllm":
             vllm_python()  # vLLM's environment missing: said before any work
             check_vllm_kernels(precision)
-        check_weights(model, spec.model_path, precision)
-        if backend == "hf" and precision.prequantized:
-            check_transformers_can_read(variant_weights(model, precision, spec.model_path, prepare=False))
+        weights = plan_weights(model, precision, spec.model_path, checkpoint)
+        if backend == "hf" and precision.prequantized and weights.checkpoint is not None:
+            check_transformers_can_read(weights.checkpoint)
         if model.needs_adapter and not spec.adapter:
             raise UserError(
                 f"{model.name} evaluates a fine-tuned adapter; pass --adapter PATH (made by python -m finetune.train)"
             )
         if spec.adapter:
-            if model.kind == "adapter":
-                raise UserError(
-                    f"{model.name} is {model.source.base} with its own adapter already; evaluate another "
-                    f"adapter on the base: --model {model.source.base} --adapter {spec.adapter}"
-                )
-            local = model.kind != "hub" or spec.model_path
-            check_adapter_dir(
-                Path(spec.adapter), (lambda m=model: resolve_weights(m, spec.model_path)) if local else None
-            )
-        variants.append(Variant(model, precision, spec.adapter, backend))
+            check_own_adapter(model, spec, checkpoint)
+        variants.append(Variant(model, precision, spec.adapter, backend, weights=weights))
     for name in dict.fromkeys(variant.model.name for variant in variants if variant.backend != "api"):
         check_thinking_before_loading(get_model(name), spec)
     return variants
+
+
+def read_model_path(model_path: str | None) -> Checkpoint | None:
+    """--model-path's directory, read once for every variant of the run (None: no --model-path, or no model
+    directory there, which the variants' checks then say)."""
+    if not model_path or not (Path(model_path) / "config.json").is_file():
+        return None
+    return read_checkpoint(model_path)
+
+
+def check_own_adapter(model: ModelSpec, spec: RunSpec, checkpoint: Checkpoint | None) -> None:
+    """--adapter on ``model``: an adapter directory that fits the model's layers, on a model that has none of its
+    own."""
+    if model.kind == "adapter":
+        raise UserError(
+            f"{model.name} is {model.source.base} with its own adapter already; evaluate another "
+            f"adapter on the base: --model {model.source.base} --adapter {spec.adapter}"
+        )
+    if checkpoint is not None:
+        base = lambda: checkpoint  # noqa: E731  (the directory as read)
+    elif spec.model_path or model.kind != "hub":
+        base = lambda: read_checkpoint(spec.model_path or resolve_weights(model))  # noqa: E731
+    else:
+        base = None  # a hub model's layers are known when it loads
+    check_adapter_dir(Path(spec.adapter), base)
 
 
 def check_thinking_before_loading(owner: ModelSpec, spec: RunSpec) -> None:
@@ -143,10 +151,11 @@ def check_thinking_before_loading(owner: ModelSpec, spec: RunSpec) -> None:
         return
     from transformers import AutoTokenizer
 
-    check_thinking_switch(AutoTokenizer.from_pretrained(resolve_weights(owner, spec.model_path)), spec.thinking)
+    # --model-path was checked with the variants
+    check_thinking_switch(AutoTokenizer.from_pretrained(spec.model_path or resolve_weights(owner)), spec.thinking)
 
 
-def plan_served(model: ModelSpec, precision: PrecisionSpec, spec: RunSpec) -> Variant:
+def plan_served(model: ModelSpec, precision: PrecisionSpec, spec: RunSpec, checkpoint: Checkpoint | None) -> Variant:
     """A model served elsewhere (--backend api): no weights here, no GPU needed here, the precision declared; the
     tokenizer is needed where the prompt is templated here (completions mode). The endpoint answers a preflight
     request now, before any file is written."""
@@ -163,7 +172,7 @@ def plan_served(model: ModelSpec, precision: PrecisionSpec, spec: RunSpec) -> Va
                 f"--api-endpoint completions applies {model.name}'s chat template here, from its tokenizer; pass "
                 "--model-path DIR with it, or use --api-endpoint chat (the server's template)"
             )
-        check_weights(local, spec.model_path)
+        plan_weights(local, None, spec.model_path, checkpoint)
         check_thinking_before_loading(local, spec)
     endpoint = Endpoint(
         parse_bases(spec.api_base or (source.base if source else "")),
