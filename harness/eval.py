@@ -67,6 +67,7 @@ def load_variant(variant: Variant, spec: RunSpec):
         spec.batch_size,
         tensor_parallel_size=spec.tensor_parallel_size,
         batch_invariant=spec.batch_invariant,
+        checkpoint=variant.weights.checkpoint,
     )
 
 

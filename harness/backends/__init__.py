@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from harness.core.errors import UserError
 from harness.core.startup import freeze_imports
 from harness.models import PrecisionSpec
+from harness.models.checkpoints import Checkpoint
 from harness.questions.answers import FIRST_LINE, AnswerMode
 
 
@@ -46,9 +47,9 @@ BACKENDS = {
 @dataclass(frozen=True)
 class LoadRequest:
     """What a backend is loaded with: ``weights`` a checkpoint directory or a GGUF file (for ``api``, the directory
-    whose tokenizer templates the prompts, or None), the precision, an adapter, the batch size, and the options
-    of the backends that take them (vLLM's tensor parallelism and batch invariance; the served model's endpoint and
-    its run directory's journal)."""
+    whose tokenizer templates the prompts, or None), what that directory holds as the plan read it (``checkpoint``,
+    where it was read), the precision, an adapter, the batch size, and the options of the backends that take them
+    (vLLM's tensor parallelism and batch invariance; the served model's endpoint and its run directory's journal)."""
 
     weights: str | None
     precision: PrecisionSpec
@@ -58,6 +59,7 @@ class LoadRequest:
     batch_invariant: bool = False
     endpoint: object = None
     journal: object = None
+    checkpoint: Checkpoint | None = None
 
 
 @dataclass(frozen=True)
@@ -289,6 +291,7 @@ def load_backend(
     batch_invariant: bool = False,
     endpoint=None,
     journal=None,
+    checkpoint: Checkpoint | None = None,
 ):
     """The one factory of backends: ``name``'s record in BACKENDS, its class loaded for ``precision``."""
     record = BACKENDS.get(name)
@@ -297,6 +300,6 @@ def load_backend(
     backend = getattr(importlib.import_module(record.module), record.cls)
     freeze_imports()  # before the first model: the imports' objects leave the collector's walks
     options = {"tensor_parallel_size": tensor_parallel_size, "batch_invariant": batch_invariant}
-    return backend.load(
-        LoadRequest(weights, precision, adapter, batch_size, **options, endpoint=endpoint, journal=journal)
-    )
+    served = {"endpoint": endpoint, "journal": journal}
+    request = LoadRequest(weights, precision, adapter, batch_size, **options, **served, checkpoint=checkpoint)
+    return backend.load(request)

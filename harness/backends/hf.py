@@ -47,6 +47,7 @@ from harness.backends.sampling import gumbel_choice, warped_candidates
 from harness.backends.static_cache import BUCKET, FilledMask, bind_once
 from harness.core.errors import one_line
 from harness.models import PrecisionSpec, activation_qdq
+from harness.models.checkpoints import Checkpoint
 from harness.models.mix import check_loaded
 from harness.questions.answers import FIRST_LINE, AnswerMode, finishing_tokens
 
@@ -54,7 +55,13 @@ from harness.questions.answers import FIRST_LINE, AnswerMode, finishing_tokens
 class HFBackend(ChatBackend):
     @classmethod
     def load(cls, request: LoadRequest) -> HFBackend:
-        return cls(request.weights, request.precision, adapter=request.adapter, batch_size=request.batch_size)
+        return cls(
+            request.weights,
+            request.precision,
+            adapter=request.adapter,
+            batch_size=request.batch_size,
+            checkpoint=request.checkpoint,
+        )
 
     name = "hf"
 
@@ -65,10 +72,12 @@ class HFBackend(ChatBackend):
         adapter: str | None = None,
         batch_size: int = 16,
         threads: int | None = None,
+        checkpoint: Checkpoint | None = None,
     ):
         torch.set_num_threads(threads or int(os.environ.get("NUMPREC_THREADS", torch.get_num_threads())))
         device = "cuda" if torch.cuda.is_available() else "cpu"
-        model = AutoModelForCausalLM.from_pretrained(weights, **load_kwargs(precision, device, weights)).eval()
+        kwargs = load_kwargs(precision, device, weights, checkpoint)
+        model = AutoModelForCausalLM.from_pretrained(weights, **kwargs).eval()
         if adapter:
             # Fold LoRA into unquantized weights (same outputs, no adapter overhead); a 4-bit base keeps it apart,
             # as merging would requantize the base.

@@ -14,7 +14,7 @@ from harness.backends.widened_bf16 import WIDENED, WidenedBf16Linear
 from harness.core.errors import UserError
 from harness.models import PrecisionSpec, activation_qdq, awq_kernels, fp4
 from harness.models.autoawq import require_gptqmodel
-from harness.models.checkpoints import quantization_config
+from harness.models.checkpoints import Checkpoint, quantization_config
 
 TORCH_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 # Kernels that compute in another dtype than the model's. gptqmodel's CPU AWQ kernel casts activations and scales
@@ -61,7 +61,9 @@ def store_linear_weights_transposed(model: torch.nn.Module) -> None:
             done.add(id(weight))
 
 
-def load_kwargs(precision: PrecisionSpec, device: str, weights: str) -> dict:
+def load_kwargs(precision: PrecisionSpec, device: str, weights: str, checkpoint: Checkpoint | None = None) -> dict:
+    """from_pretrained's arguments for ``precision``; a prequantized checkpoint's config as the plan read it
+    (``checkpoint``), or read here where the caller loads a directory of its own."""
     if precision.method == "cast":
         return {"dtype": TORCH_DTYPES[precision.weight_dtype], "device_map": device}
     if precision.method == "bnb":
@@ -88,7 +90,7 @@ def load_kwargs(precision: PrecisionSpec, device: str, weights: str) -> dict:
     if precision.prequantized:
         # The checkpoint carries its quantization_config: compressed-tensors (llm-compressor's GPTQ) or an
         # AutoAWQ/GPTQ checkpoint, which transformers 5 reads through gptqmodel (the llama-int4 preset's path).
-        stored = quantization_config(weights) or {}
+        stored = (checkpoint.quantization if checkpoint is not None else quantization_config(weights)) or {}
         if stored.get("quant_method") in ("awq", "gptq"):
             require_gptqmodel()
         kwargs = {"dtype": TORCH_DTYPES[precision.activation_dtype], "device_map": device}

@@ -67,3 +67,32 @@ def test_reads_are_counted(tiny_llama):
     from harness.models.checkpoints import read_checkpoint
 
     assert len(numprec_reads(lambda: read_checkpoint(tiny_llama))) == 1
+
+
+def test_a_quantized_checkpoint_is_read_once_from_plan_to_its_loader(tiny_llama, tmp_path):
+    """A GPTQ checkpoint's --model-path (the small Llama's directory, its config declaring 4-bit GPTQ): planned at
+    gptq-w4, and the transformers loader's arguments made from the checkpoint the plan read."""
+    import json
+    import shutil
+
+    from harness.backends.hf_loading import load_kwargs
+
+    checkpoint = tmp_path / "gptq"
+    shutil.copytree(tiny_llama, checkpoint)
+    config = json.loads((checkpoint / "config.json").read_text())
+    config["quantization_config"] = {"quant_method": "gptq", "bits": 4, "group_size": 64}
+    (checkpoint / "config.json").write_text(json.dumps(config))
+    name, eval_config = load_config("quick")
+    spec = build_spec(
+        name, eval_config, models=["smollm2"], precisions=["gptq-w4"], tasks=["add"], lengths=[1], samples=2,
+        model_path=str(checkpoint), out=tmp_path / "run",
+    )  # fmt: skip
+    kwargs = {}
+
+    def plan_and_load() -> None:
+        (variant,) = plan_variants(spec)
+        kwargs.update(load_kwargs(variant.precision, "cpu", variant.weights.ready(), variant.weights.checkpoint))
+
+    reads = numprec_reads(plan_and_load)
+    assert len(reads) == 1, reads
+    assert kwargs["dtype"] is not None and "quantization_config" not in kwargs, "GPTQ reads its own config"
