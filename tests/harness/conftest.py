@@ -1,10 +1,14 @@
 import re
+import subprocess
+from pathlib import Path
 
 import pytest
 
+from harness.quantize import HANDED_OVER, QUANTIZE_ENV
 from tests.console import assert_numprec_console
+from tests.harness.models.format_reference import FORMATS
 
-from .helpers import run_module
+from .helpers import ROOT, command_env, run_module
 
 
 @pytest.fixture(scope="session")
@@ -59,3 +63,30 @@ def awq_checkpoint(tmp_path_factory, tiny_llama):
     """A real AWQ W4A16 g64 checkpoint of the small Llama: llm-compressor's AWQ (4 calibration problems), rewritten
     in AutoAWQ format by harness.quantize."""
     return quantized_checkpoint(tmp_path_factory, tiny_llama, "awq", 4)
+
+
+MAKE_ALL = """
+import sys
+from harness.quantize import main
+for name in sys.argv[2:]:
+    assert main(["--model", "smollm2", "--model-path", sys.argv[1], "--precision", name, "--samples", "8",
+                 "--out", f"{sys.argv[1]}-{name}"]) == 0
+"""
+
+
+@pytest.fixture(scope="session")
+def checkpoints(tiny_llama) -> dict[str, Path]:
+    """Every format's checkpoint of the small Llama, made by harness.quantize's own code in one process of the
+    quantization environment (the command hands itself over to it, as here): for the formats' tests and the
+    sensitivity tests, which share an xdist group so that one worker makes them once."""
+    env = {**command_env(), "PYTHONPATH": str(ROOT), HANDED_OVER: "1"}
+    result = subprocess.run(
+        [str(QUANTIZE_ENV / "bin" / "python"), "-c", MAKE_ALL, str(tiny_llama), *FORMATS],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=env,
+        timeout=900,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    return {name: Path(f"{tiny_llama}-{name}") for name in FORMATS}

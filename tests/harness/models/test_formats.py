@@ -10,7 +10,6 @@ from __future__ import annotations
 import csv
 import json
 import shutil
-import subprocess
 from functools import cache
 from pathlib import Path
 
@@ -22,13 +21,10 @@ from harness.backends.widened_bf16 import WidenedBf16Linear, widen
 from harness.models import precision_registry
 from harness.models.checkpoints import quantization_config
 from harness.models.formats import declared_precision
-from harness.quantize import HANDED_OVER, QUANTIZE_ENV
 from tests.console import assert_numprec_console
 from tests.harness.helpers import (
-    ROOT,
     assert_summed_in_another_order,
     assert_user_error,
-    command_env,
     needs_quantize_env,
     run_module,
 )
@@ -37,30 +33,6 @@ from tests.harness.models.format_reference import FORMATS, layer_output, stored
 pytestmark = [needs_quantize_env, pytest.mark.xdist_group("formats")]  # one worker makes the checkpoints once
 
 LAYER = "model.layers.3.mlp.down_proj"
-MAKE_ALL = """
-import sys
-from harness.quantize import main
-for name in sys.argv[2:]:
-    assert main(["--model", "smollm2", "--model-path", sys.argv[1], "--precision", name, "--samples", "8",
-                 "--out", f"{sys.argv[1]}-{name}"]) == 0
-"""
-
-
-@pytest.fixture(scope="session")
-def checkpoints(tiny_llama) -> dict[str, Path]:
-    """Every format's checkpoint of the small Llama, made by harness.quantize's own code in one process of the
-    quantization environment (the command hands itself over to it, as here)."""
-    env = {**command_env(), "PYTHONPATH": str(ROOT), HANDED_OVER: "1"}
-    result = subprocess.run(
-        [str(QUANTIZE_ENV / "bin" / "python"), "-c", MAKE_ALL, str(tiny_llama), *FORMATS],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        env=env,
-        timeout=900,
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    return {name: Path(f"{tiny_llama}-{name}") for name in FORMATS}
 
 
 @cache

@@ -3,7 +3,6 @@ ranking's recipes are one series, joined by the other recipes' comparison varian
 
 from __future__ import annotations
 
-import doctest
 import json
 from pathlib import Path
 
@@ -20,8 +19,3 @@ def test_each_ranking_is_one_series_and_each_mix_one_point():
     assert [round(bits, 2) for bits, _, _ in series["quantize-one ranking"]] == [5.49, 6.47]
     assert reference is not None and 0 < reference <= 1
     assert frontier.frontier_png(recipes, "MXFP4")[:4] == b"\x89PNG"
-
-
-def test_the_doctest_examples_of_recipe_names_hold():
-    failed, attempted = doctest.testmod(frontier, verbose=False)
-    assert failed == 0 and attempted == 2

@@ -1,18 +1,11 @@
 """Layer groups (harness/recipes/groups.py): vLLM's fused units, and a model whose blocks are not Llama-like refused in
 one line before any scoring."""
 
-import doctest
-
 import pytest
 import torch
 
 from harness.core.errors import UserError
 from harness.recipes import groups
-
-
-def test_the_doctest_examples_of_the_groups_hold():
-    failed, attempted = doctest.testmod(groups, verbose=False)
-    assert failed == 0 and attempted == 3
 
 
 def test_a_model_without_decoder_blocks_is_refused():

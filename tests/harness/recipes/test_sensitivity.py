@@ -29,9 +29,8 @@ from harness.recipes.mixer import Mixer
 from harness.recipes.recipe_file import recipe_layers
 from harness.recipes.table import COLUMNS, cell_rows, effects, fill_table, jobs, read_table
 from harness.recipes.teacher import score, teacher_batch
+from tests.harness.commands import command, refused
 from tests.harness.helpers import ROOT, assert_user_error, command_env, needs_quantize_env, run_module
-from tests.harness.models.test_formats import checkpoints  # noqa: F401  (the session's checkpoints, made once)
-from tests.harness.scoring.test_readers import command, refused
 
 pytestmark = [needs_quantize_env, pytest.mark.xdist_group("formats"), pytest.mark.slow]
 
@@ -39,7 +38,7 @@ PAIR = ("nvfp4", "fp8-dynamic")
 
 
 @pytest.fixture(scope="module")
-def cache(checkpoints, tmp_path_factory):  # noqa: F811
+def cache(checkpoints, tmp_path_factory):
     """A numprec cache where smollm2-arith's nvfp4 and fp8-dynamic checkpoints are the small Llama's, and its models
     (the embedded model converted, the fine-tuned one merged, each once in the session's cache) are the session's:
     converting again here would cost half a minute and a line on stderr in whichever test came first."""

@@ -14,9 +14,9 @@ import pytest
 from harness.core.errors import UserError
 from harness.reports.destinations import MANIFEST, check_out_dir, digest
 from harness.reports.promotion import staged_dir
+from tests.harness.commands import command, copy, hashes, refused, without_permission_override
 from tests.harness.helpers import ROOT, assert_user_error, command_env
-from tests.harness.runs.test_merge import run
-from tests.harness.scoring.test_readers import command, copy, hashes, refused, without_permission_override
+from tests.harness.scripted import run
 
 pytestmark = pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
 
@@ -200,13 +200,3 @@ def test_a_damaged_merged_run_names_its_repair_into_where_it_is_now(runs, tmp_pa
     (moved / "results.csv").write_text("".join(lines + lines[1:2]))  # a row twice
     line = refused("harness.export", [moved, "--out", tmp_path / "dataset"], capsys, "python -m harness.report")
     assert f"--out {moved}" in line and f"--out {merged}" not in line, line
-
-
-def test_the_kind_checks_examples_hold():
-    """harness/core/paths.py's examples: a FIFO, a symlink loop, a dangling link, each said in words."""
-    import doctest
-
-    from harness.core import paths
-
-    failed, tried = doctest.testmod(paths)
-    assert tried >= 6 and failed == 0

@@ -4,6 +4,7 @@ import csv
 import json
 
 from harness.diff import by_problem, compare, main
+from tests.harness.scripted import pipeline_run
 
 
 def write_run(directory, outputs, expressions=None):
@@ -54,11 +55,10 @@ def test_runs_on_other_machines_say_what_differed(tmp_path, capsys):
     """The nf4 case of issue 28: the same run on a CPU with AVX-512 and one without. The diff names the instructions
     and the library versions that differ beside each series' counts; runs on one machine get no such line."""
     from harness.core.machine import describe
-    from tests.harness.runs.test_pipeline import run as scripted_run
 
     first, second = tmp_path / "avx512", tmp_path / "avx2"
-    scripted_run(first)
-    scripted_run(second)
+    pipeline_run(first)
+    pipeline_run(second)
     here = describe()
     machine = next(iter(json.loads((first / "run.json").read_text())["machines"]))
     with open(first / "results.csv", newline="") as handle:

@@ -16,9 +16,9 @@ import pytest
 
 from harness.core.faults import KILL_AT, PAUSE_AT
 from harness.reports.promotion import STEPS
+from tests.harness.commands import command
 from tests.harness.helpers import run_module, start_module
-from tests.harness.runs.test_merge import run
-from tests.harness.scoring.test_readers import command
+from tests.harness.scripted import run
 
 pytestmark = pytest.mark.slow
 

@@ -10,7 +10,7 @@ from harness.questions.problems import Task, generate
 from harness.rescore import main
 from harness.runs.results import read_results
 from harness.runs.rundir import RunDir
-from tests.harness.runs.test_results import IDENTITY, _row
+from tests.harness.scripted import IDENTITY, a_row, pipeline_run
 
 
 def outputs(problem):
@@ -41,7 +41,7 @@ def _old_run(out):
         }
         for p in problems
     ]
-    run_dir.add_cell(replace(_row(2, n=4), correct=3, accuracy=0.75), samples)
+    run_dir.add_cell(replace(a_row(2, n=4), correct=3, accuracy=0.75), samples)
     run_dir.close()
     meta = json.loads((out / "run.json").read_text())
     del meta["sample_digests"]  # as run.json was written then
@@ -119,10 +119,9 @@ def test_a_damaged_samples_line_is_said_and_kept_and_its_cell_named(tmp_path, ca
     """Each damaged line of issue 28: rescore says it (one line on stderr), keeps its bytes and its cell's row as they
     were (it cannot recompute them), re-scores every other cell, and names the command that computes the damaged cell
     again in this directory."""
-    from tests.harness.runs.test_pipeline import run as scripted_run
 
     out = tmp_path / "run"
-    scripted_run(out)
+    pipeline_run(out)
     samples = out / "samples.jsonl"
     lines = samples.read_bytes().splitlines(keepends=True)
     lines[5] = DAMAGE[damage](lines[5])

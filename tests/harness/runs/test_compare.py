@@ -13,6 +13,7 @@ from harness.runs.compare import (
     paired_difference_interval,
     wilson_interval,
 )
+from tests.harness.scripted import a_row
 
 
 def test_exact_mcnemar_is_the_binomial_test_of_the_discordant_pairs():
@@ -115,10 +116,9 @@ def test_summary_tables_come_from_counts_not_from_rounded_values(tmp_path):
     decimals that reads 0.56, from the count 0.57. A row read back from results.csv is printed from its counts."""
     from harness.reports.summary import summary_markdown
     from harness.runs.results import read_results, results_csv_text
-    from tests.harness.runs.test_results import _row
 
     low, high = wilson_interval(8, 9)
-    row = replace(_row(1, n=9), correct=8, accuracy=8 / 9, ci_low=low, ci_high=high)
+    row = replace(a_row(1, n=9), correct=8, accuracy=8 / 9, ci_low=low, ci_high=high)
     (tmp_path / "results.csv").write_text(results_csv_text([row]))
     (read_back,), _ = read_results(tmp_path / "results.csv")
     assert f"{read_back.ci_low:.2f}" == "0.56", "what printing the stored value gave"

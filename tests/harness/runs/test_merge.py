@@ -6,44 +6,13 @@ from __future__ import annotations
 
 import csv
 import json
-import zlib
 
 import pytest
 
-from harness.backends.scripted import ScriptedBackend
-from harness.eval import evaluate
-from harness.runs.config import build_spec, load_config
 from tests.harness.helpers import assert_user_error, run_module
+from tests.harness.scripted import run
 
 TIMING = {"wall_s", "tokens_per_s", "machine"}
-
-
-def answer(precision: str):
-    """fp32 answers right; bf16 gets about a third of the problems wrong (by the expression, so every run agrees)."""
-
-    def script(message: str, rows: int) -> str:
-        expression = message.strip().splitlines()[-1].strip()
-        a, b = expression.split(" + ")
-        value = int(a) + int(b)
-        if precision == "bf16" and zlib.crc32(expression.encode()) % 3 == 0:
-            value += 1
-        return f"{expression} = {value}"
-
-    return script
-
-
-def run(out, precisions, seed=0):
-    name, config = load_config("quick")
-    spec = build_spec(
-        name, config, models=["smollm2"], precisions=precisions, tasks=["add"], lengths=[1, 2, 3], samples=30, out=out,
-        seed=seed,
-    )  # fmt: skip
-
-    def load(variant, spec):
-        return ScriptedBackend(variant.precision, answer(variant.precision.name), spec.batch_size)
-
-    evaluate(spec, "python -m harness.eval (scripted)", load=load)
-    return out
 
 
 def table(path):

@@ -3,61 +3,13 @@ backend: answers are known in advance, so every count is asserted exactly, in mi
 
 import json
 
-from harness.backends.scripted import ScriptedBackend
-from harness.eval import evaluate
-from harness.runs.config import build_spec, load_config
 from tests.harness.helpers import csv_rows
-
-
-def gold(expression: str) -> int:
-    if " * " in expression:
-        a, b = expression.split(" * ")
-        return int(a) * int(b)
-    return sum(int(part) for part in expression.split(" + "))
-
-
-def script(precision: str):
-    """fp32: right unless the sum is a multiple of 3 (then wrong by one), unreadable when it ends in 7.
-    bf16: as fp32, but alone in a batch it gets the multiples of 3 right too (a batch-dependent answer)."""
-
-    def answer(message: str, rows: int) -> str:
-        expression = message.rstrip().splitlines()[-1]
-        value = gold(expression)
-        if value % 10 == 7:
-            return "Let me think about it."
-        if value % 3 == 0 and not (precision == "bf16" and rows == 1):
-            return f"{expression} = {value + 1}"
-        return f"{expression} = {value}"
-
-    return answer
-
-
-def run(out, invariance_check=0, loads=None, samples=12, batch_size=None):
-    name, config = load_config("quick")
-    spec = build_spec(
-        name,
-        config,
-        models=["smollm2"],
-        precisions=["fp32", "bf16"],  # the scripted answers: a batch-invariant and a batch-dependent precision
-        tasks=["add", "mul"],
-        lengths=[1, 2],
-        samples=samples,
-        out=out,
-        invariance_check=invariance_check,
-        batch_size=batch_size,
-    )
-
-    def load(variant, spec):
-        if loads is not None:
-            loads.append(variant.precision.name)
-        return ScriptedBackend(variant.precision, script(variant.precision.name), spec.batch_size)
-
-    return evaluate(spec, "python -m harness.eval (scripted)", load=load)
+from tests.harness.scripted import gold, pipeline_run
 
 
 def test_every_count_is_what_the_script_answered(tmp_path):
     out = tmp_path / "run"
-    run(out, invariance_check=5)
+    pipeline_run(out, invariance_check=5)
     rows = csv_rows(out / "results.csv")
     samples = [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()]
     assert len(rows) == 8 and len(samples) == 96
@@ -91,7 +43,7 @@ def test_the_invariance_check_compares_two_batch_sizes_even_at_batch_size_1(tmp_
     multiples of 3 wrong again: every one is caught, in cells of 12 problems and in cells of one."""
     for samples in (12, 1):
         out = tmp_path / f"run-{samples}"
-        run(out, invariance_check=5, samples=samples, batch_size=1)
+        pipeline_run(out, invariance_check=5, samples=samples, batch_size=1)
         samples_by_cell = {}
         for sample in map(json.loads, (out / "samples.jsonl").read_text().splitlines()):
             key = (sample["precision"], sample["task"], str(sample["length"]))
@@ -109,8 +61,8 @@ def test_the_invariance_check_compares_two_batch_sizes_even_at_batch_size_1(tmp_
 def test_a_finished_run_loads_no_model_on_resume(tmp_path):
     out = tmp_path / "run"
     first, again = [], []
-    run(out, loads=first)
+    pipeline_run(out, loads=first)
     before = (out / "results.csv").read_text()
-    run(out, loads=again)
+    pipeline_run(out, loads=again)
     assert first == ["fp32", "bf16"] and again == [], "every cell was done: nothing to load"
     assert (out / "results.csv").read_text() == before

@@ -9,13 +9,11 @@ import pytest
 
 from harness.core.errors import UserError
 from harness.questions.problems import Task, generate
-from harness.runs.compare import wilson_interval
 from harness.runs.evidence import sample_digest
-from harness.runs.results import CellResult
 from harness.runs.rundir import RunDir
 from tests.harness.helpers import ROOT, assert_user_error, run_module
+from tests.harness.scripted import IDENTITY, a_row
 
-IDENTITY = {"samples": 2, "decoding": "greedy", "prompt": "few-shot", "answer": "first-line"}
 SMALL = ["--precision", "fp32", "--tasks", "add", "--lengths", "1", "--samples", "2"]
 
 
@@ -134,43 +132,10 @@ def _samples(length: int, n: int = 2) -> list[dict]:
     return samples
 
 
-def _row(length: int, n: int = 2, seed: int = 0, decoding: str = "greedy") -> CellResult:
-    low, high = wilson_interval(1, n)
-    return CellResult(
-        model="smollm2",
-        precision="fp32",
-        weight_dtype="float32",
-        activation_dtype="float32",
-        task="add",
-        operands=2,
-        base=10,
-        length=length,
-        n=n,
-        correct=1,
-        accuracy=1 / n,
-        ci_low=low,
-        ci_high=high,
-        seed=seed,
-        truncate="",
-        decoding=decoding,
-        method="cast",
-        weight_bits=32,
-        group_size="",
-        footprint_mb=513.0,
-        adapter="",
-        backend="hf",
-        no_answer=n - 1,
-        gen_tokens=4,
-        wall_s=1.0,
-        tokens_per_s=4.0,
-        kernel="torch.Linear",
-    )
-
-
 def _finished_run(out, lengths=(1, 2, 3)):
     run_dir = RunDir(out, IDENTITY, "python -m harness.eval", {})
     for length in lengths:
-        run_dir.add_cell(_row(length), _samples(length))
+        run_dir.add_cell(a_row(length), _samples(length))
     run_dir.close()
     return out
 

@@ -7,12 +7,9 @@ in one line naming the command that repairs them, or shown with what is missing 
 from __future__ import annotations
 
 import csv
-import hashlib
-import importlib
 import json
 import os
 import random
-import shutil
 import signal
 import subprocess
 import sys
@@ -22,50 +19,21 @@ from pathlib import Path
 import pytest
 
 from harness.backends.scripted import ScriptedBackend
-from harness.core.cli import run as run_command
 from harness.eval import evaluate
 from harness.reports.destinations import MANIFEST, STAGE_MARK, foreign_files
 from harness.reports.promotion import JOURNAL
 from harness.runs.config import build_spec, load_config
+from tests.harness.commands import command, copy, hashes, refused, without_permission_override
 from tests.harness.helpers import ROOT, assert_user_error, command_env, run_module
-from tests.harness.runs.test_merge import answer, run
+from tests.harness.scripted import answer, run
 
 pytestmark = pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
-
-
-def hashes(directory: Path) -> dict[str, str]:
-    return {
-        str(path.relative_to(directory)): hashlib.sha256(path.read_bytes()).hexdigest()
-        for path in sorted(directory.rglob("*"))
-        if path.is_file()
-    }
 
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     base = tmp_path_factory.mktemp("readers")
     return {"fp32": run(base / "fp32", ["fp32"]), "bf16": run(base / "bf16", ["bf16"])}
-
-
-def command(module: str, argv: list[str], capsys) -> tuple[int, list[str], str]:
-    """A command's main() as python -m runs it: (exit status, stderr's lines, stdout)."""
-    with pytest.raises(SystemExit) as exit_info:
-        run_command(importlib.import_module(module).main, [str(arg) for arg in argv])
-    captured = capsys.readouterr()
-    return exit_info.value.code, [line for line in captured.err.splitlines() if line.strip()], captured.out
-
-
-def refused(module: str, argv: list, capsys, *fragments: str) -> str:
-    code, err, _ = command(module, argv, capsys)
-    assert code == 2 and len(err) == 1 and err[0].startswith("error: "), err
-    for fragment in fragments:
-        assert fragment in err[0], err[0]
-    return err[0]
-
-
-def copy(source: Path, target: Path) -> Path:
-    shutil.copytree(source, target)
-    return target
 
 
 def test_no_command_writes_into_a_run_it_reads_or_any_other(runs, tmp_path, capsys):
@@ -358,17 +326,6 @@ def test_an_unfinished_run_is_refused_for_export_and_merge_and_shown_with_its_mi
     assert code == 0 and len(err) == 1 and err[0].startswith("note: ") and "add n=2" in err[0], err
     page = (tmp_path / "page.html").read_text()
     assert "is unfinished: 1 of its 2 planned cells" in page and "1 cells, 30 samples" in out
-
-
-def without_permission_override() -> None:
-    """For a child of root: drop the capabilities to read and search past file permissions (CAP_DAC_OVERRIDE,
-    CAP_DAC_READ_SEARCH) from its bounding set, so that a directory of mode 000 is unreadable to it as to a user."""
-    import ctypes
-
-    libc = ctypes.CDLL(None, use_errno=True)
-    for capability in (1, 2):
-        if libc.prctl(24, capability, 0, 0, 0) != 0:  # PR_CAPBSET_DROP
-            raise OSError(ctypes.get_errno(), "prctl(PR_CAPBSET_DROP)")
 
 
 def test_an_unreadable_run_is_one_line(runs, tmp_path):
