@@ -21,11 +21,10 @@ from __future__ import annotations
 import os
 import shutil
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.core.cli import ArgParser
 from harness.core.errors import UserError
 
 
@@ -171,18 +170,3 @@ def prepare(kernel: Kernel, say: Callable[[str], object], machine: Machine | Non
         return instead, seconds
     say(f"built {kernel.name} in {seconds:.0f} s")
     return kernel, seconds
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = ArgParser(prog="python -m harness.awq_kernels", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--build", action="store_true", help="build the kernel this machine's GPU will use, now")
-    args = parser.parse_args(argv)
-    import torch
-
-    device = "cuda" if torch.cuda.is_available() else "cpu"
-    kernel = choose(device)
-    if args.build:
-        kernel, _ = prepare(kernel, print)
-    built = kernel.extension is None or Machine().built(kernel.extension)
-    print(f"AWQ int4 on {device}: {kernel.name} ({'ready' if built else 'built when first used'})")
-    return 0

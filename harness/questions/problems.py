@@ -8,9 +8,8 @@ Digits are written most significant first, as an LLM reads them; the from-scratc
 
 Reproducibility: each cell (task, base, length) draws from its own stream, seeded by the run seed and
 a stable hash of the cell, so a cell's problems do not depend on which other cells run or in what
-order, and the first k of ``count`` problems are the same for every count >= k.
-
-    python -m harness.problems --task iter_add:3 --length 5 --base 10 --count 1000 --seed 0 --out problems.jsonl
+order, and the first k of ``count`` problems are the same for every count >= k. ``python -m harness.problems``
+writes them as JSON lines (harness/problems.py).
 """
 
 from __future__ import annotations
@@ -24,10 +23,9 @@ from pathlib import Path
 
 import numpy as np
 
-from harness.core.bounds import SEED, Bound
-from harness.core.cli import ArgParser, output_file, run
+from harness.core.bounds import Bound
 from harness.core.errors import UserError
-from harness.core.files import atomic_write_text, writing_out
+from harness.core.files import atomic_write_text
 
 DIGITS = "0123456789abcdefghijklmnopqrstuvwxyz"
 MIN_BASE, MAX_BASE = 2, len(DIGITS)
@@ -210,30 +208,6 @@ def load_dataset(path: str | Path):
     if not path.is_file():
         raise UserError(f"no problems file at {path}; write one with python -m harness.problems --out {path}")
     return datasets.Dataset.from_json(str(path))
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = ArgParser(prog="python -m harness.problems", description=__doc__.split("\n\n")[0])
-    parser.add_argument(
-        "--task", required=True, type=parse_task, help="add, iter_add:K, mul or mul:trunc=L (as harness.eval takes)"
-    )
-    parser.add_argument("--length", type=LENGTH.arg, required=True, help="digits per operand (at most)")
-    parser.add_argument("--base", type=BASE.arg, default=10)
-    parser.add_argument("--count", type=COUNT.arg, default=1000)
-    parser.add_argument("--seed", type=SEED.arg, default=0)
-    parser.add_argument("--out", type=output_file, required=True, help="JSON-lines file to write")
-    args = parser.parse_args(argv)
-    task = args.task
-    problems = generate(task, args.base, args.length, args.count, args.seed)
-    with writing_out(args.out):
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        write_jsonl(problems, args.out)
-    print(f"wrote {len(problems)} {task.label} problems (base {args.base}, length {args.length}) to {args.out}")
-    return 0
-
-
-if __name__ == "__main__":
-    run(main)
 
 
 # Data a model learns from (finetune/data.py) or is calibrated on (harness/quantize.py) keeps out each cell's first
