@@ -45,11 +45,13 @@ from typing import Any
 
 import harness  # noqa: F401  (thread settings before torch loads)
 from bench.api import api_markdown, bench_api
-from bench.common import log, median, quick_grid_problems
+from bench.common import quick_grid_problems
+from bench.data import bench_data, data_markdown
 from bench.decode import bench_cell, bench_decode, cell_markdown, decode_markdown
 from bench.emulation import bench_emulation, emulation_markdown
-from bench.evaluation import ENGINES, bench_eval, eval_markdown, run_engine
+from bench.evaluation import ENGINES, bench_eval, eval_markdown
 from bench.fp8 import bench_fp8, fp8_markdown
+from bench.memory import bench_memory, memory_markdown
 from bench.rundir import bench_rundir, rundir_markdown
 from bench.scoring import bench_scoring, scoring_markdown
 from bench.sensitivity import bench_sensitivity, sensitivity_markdown
@@ -59,10 +61,8 @@ from harness.core.cli import ArgParser, command_line, name_list, output_dir, run
 from harness.core.errors import UserError
 from harness.core.files import read_json
 from harness.core.lock import DirectoryLock
-from harness.questions.problems import generate
 
 PROBLEMS = Bound(1, 100_000, "timed passes over more problems only take longer; 200 give a stable rate")
-MEMORY_PRECISIONS = ("fp32", "bf16", "int8", "nf4", "gguf-q8_0", "gguf-q4_1", "gptq-w4")
 
 
 def device_name(text: str) -> str:
@@ -74,101 +74,6 @@ def device_name(text: str) -> str:
     except ValueError as err:
         raise argparse.ArgumentTypeError(str(err)) from None
     return text
-
-
-# ---------------------------------------------------------------- 1. evaluation throughput
-
-
-# ---------------------------------------------------------------- 3. data generation
-
-
-def paper_algorithm_python(count: int, length: int, operands: int, base: int, seed: int) -> list[tuple[str, str]]:
-    """The paper's generator (Alg. 1) written the plain way: one sample at a time, one digit at a time."""
-    import random
-
-    rng = random.Random(seed)
-    out = []
-    for _ in range(count):
-        numbers = []
-        for _ in range(operands):
-            digits = [rng.randrange(base) for _ in range(length)]
-            while len(digits) > 1 and digits[0] == 0:  # strip leading zeros
-                digits.pop(0)
-            numbers.append(int("".join(map(str, digits)), base))
-        total = sum(numbers)
-        out.append((" + ".join(str(n) for n in numbers), str(total)))
-    return out
-
-
-def bench_data(repeats: int, count: int = 100_000) -> list[dict]:
-    from harness.questions.problems import Task
-    from scratch.data import Arithmetic, Problems
-
-    cases = [("add", 2, 10, 10), ("iter_add", 3, 10, 10)]
-    rows = []
-    for name, operands, base, length in cases:
-        task = Task(name, operands=operands)
-
-        def numprec(task=task, base=base, length=length):
-            generate(task, base, length, count, seed=0)
-
-        scratch_problems = Problems(Arithmetic("add", base, length, operands, False), 0, 16)
-
-        def scratch_batch(problems=scratch_problems):
-            problems.train_batch(count)
-
-        def plain(operands=operands, base=base, length=length):
-            paper_algorithm_python(count, length, operands, base, 0)
-
-        timings = {}
-        for label, function in (("numprec", numprec), ("scratch", scratch_batch), ("python", plain)):
-            seconds = []
-            for _ in range(repeats):
-                started = time.perf_counter()
-                function()
-                seconds.append(time.perf_counter() - started)
-            timings[label] = count / median(seconds)
-        rows.append(
-            {
-                "task": f"{name}:{operands} base {base} length {length}",
-                "count": count,
-                "numprec_problems_per_s": timings["numprec"],
-                "scratch_problems_per_s": timings["scratch"],
-                "python_problems_per_s": timings["python"],
-                "numprec_vs_python": timings["numprec"] / timings["python"],
-                "scratch_vs_python": timings["scratch"] / timings["python"],
-            }
-        )
-        log(f"data {rows[-1]['task']}: numprec {timings['numprec']:,.0f}/s, python {timings['python']:,.0f}/s")
-    return rows
-
-
-# ---------------------------------------------------------------- 4. memory
-
-
-def bench_memory(threads: int, batch_size: int, work: Path, problems: list[dict]) -> list[dict]:
-    from harness.models import get_model, get_precision
-    from harness.models.weights import quantized_dir
-
-    subset = work / "memory-problems.json"
-    subset.write_text(json.dumps(problems[:16]))
-    rows = []
-    for precision in MEMORY_PRECISIONS:
-        spec = get_precision(get_model("smollm2"), precision)
-        if spec.prequantized and not quantized_dir(get_model("smollm2"), spec).exists():
-            log(f"memory: {precision} skipped (make it with python -m harness.quantize --method {spec.method})")
-            continue
-        result = run_engine("numprec", subset, work, precision, 1, threads, batch_size)
-        rows.append(
-            {
-                "precision": precision,
-                "peak_rss_mb": result["peak_rss_mb"],
-                "footprint_mb": result["footprint_mb"],
-                "seconds_16_problems": result["seconds"][0],
-            }
-        )
-        log(f"memory {precision}: peak RSS {result['peak_rss_mb']:.0f} MB")
-    return rows
 
 
 # ---------------------------------------------------------------- report
@@ -188,32 +93,6 @@ def cpu_instructions(here: dict) -> str:
     faster), so each run of a merged report says which it had."""
     bf16 = ", ".join(flag for flag in here["cpu_flags"] if flag in ("avx512_bf16", "amx_bf16")) or "none"
     return f"{here.get('torch_cpu_kernels', 'torch not loaded')}, bf16 instructions: {bf16}"
-
-
-def data_markdown(rows: list[dict]) -> list[str]:
-    lines = [
-        "## Data generation (problems/s)",
-        "",
-        "| task | numprec harness | scratch | per-sample Python | harness / Python | scratch / Python |",
-        "|---|---:|---:|---:|---:|---:|",
-    ]
-    for r in rows:
-        lines.append(
-            f"| {r['task']} | {r['numprec_problems_per_s']:,.0f} | {r['scratch_problems_per_s']:,.0f} | "
-            f"{r['python_problems_per_s']:,.0f} | {r['numprec_vs_python']:.1f}x | {r['scratch_vs_python']:.1f}x |"
-        )
-    return [*lines, ""]
-
-
-def memory_markdown(rows: list[dict]) -> list[str]:
-    lines = [
-        "## Peak RSS of an evaluation process (load + 16 problems)",
-        "",
-        "| precision | peak RSS MB | model footprint MB |",
-        "|---|---:|---:|",
-    ]
-    lines += [f"| {r['precision']} | {r['peak_rss_mb']:.0f} | {r['footprint_mb']:.0f} |" for r in rows]
-    return [*lines, ""]
 
 
 def markdown(results: dict) -> str:

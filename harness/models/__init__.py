@@ -1,9 +1,16 @@
-"""The models stage: what a model and a precision are (the registry: registry.py, over harness/models.yaml and
-harness/precisions.yaml), where a model's weights are and whether this machine can run them (weights.py), and the
-formats they are made into or read from (gguf.py, autoawq.py, awq_kernels.py; formats.py: which precision a
-compressed-tensors checkpoint declares). Above the questions; beside scoring.
+"""The models stage: what a model and a precision are, what their weights are, and how a format computes.
 
-The registry's names are importable from here, as they were from harness.models before the stages.
+- registry.py: models and precisions, over harness/models.yaml and harness/precisions.yaml;
+- weights.py: a variant's Weights, resolved once at plan time (where they are, whether this machine can run them, the
+  step that makes them); checkpoints.py: a model directory read once (config.json, quantization_config, shard
+  headers), and the checks made of it;
+- formats.py: which precision a compressed-tensors checkpoint declares; mix.py: a checkpoint whose layers hold
+  several formats; stored_bits.py: bits a weight as stored;
+- gguf.py (GGUF variants, requantized once), autoawq.py (AutoAWQ checkpoints), awq_kernels.py (gptqmodel's AWQ kernel,
+  chosen and built);
+- fp4.py and activation_qdq.py: compressed-tensors' FP4 rounding and activation quantization in one pass on a CPU.
+
+Above the questions; beside scoring. The registry's names are importable from here.
 """
 
 from harness.models.registry import (
