@@ -176,10 +176,9 @@ class EvalConfig(StrictModel):
     ] = False
 
 
-SETTINGS = ("samples", "seed", "decoding", "base", "batch_size", "backend", "tensor_parallel_size", "invariance_check")
-SETTINGS += ("batch_invariant", "api_base", "api_model", "api_endpoint", "concurrency", "api_timeout", "api_retries")
-SETTINGS += ("api_accept_model", "api_allow_other_endpoint", "seeds", "prompt", "answer", "max_new_tokens", "think_end")
-SETTINGS += ("thinking", "kv_cache")
+# What a config names to evaluate; every other key of EvalConfig is a setting of the run, and a flag of harness.eval.
+SERIES_KEYS = ("models", "precisions", "variants", "grid")
+SETTINGS = tuple(name for name in EvalConfig.model_fields if name not in SERIES_KEYS)
 SPEC_FIELD = {"answer": "answer_name"}  # RunSpec.answer is the answer mode the setting names
 API_SETTINGS = ("api_base", "api_model", "api_endpoint", "concurrency", "api_timeout", "api_retries")
 API_SETTINGS += ("api_accept_model", "api_allow_other_endpoint")
@@ -230,41 +229,29 @@ def _flag_parser(adapter: TypeAdapter, name: str):
 
 @dataclass
 class RunSpec:
-    """Everything one invocation of harness.eval will do."""
+    """Everything one invocation of harness.eval will do: what it evaluates, and its settings, EvalConfig's own
+    values (with the flags applied), each readable as an attribute (``spec.samples``)."""
 
     config_name: str
     models: list[str]
     precisions: list[str] | None  # from --precision: every model must take every one of them
     grid: list[tuple[Task, list[int]]]
-    base: int
-    samples: int
-    decoding: str
-    seed: int
-    batch_size: int
-    backend: str | None
+    settings: EvalConfig
     config_precisions: list[str] | None = None
     variants: list[tuple[str, str]] | None = None  # a config's MODEL:PRECISION series, when no flag replaces them
     model_path: str | None = None
     adapter: str | None = None
     out: Path | None = None
-    tensor_parallel_size: int = 1
-    invariance_check: int = 0
-    batch_invariant: bool = False
-    api_base: str | None = None
-    api_model: str | None = None
-    api_endpoint: str = "completions"
-    concurrency: int = 8
-    api_timeout: float = 120.0
-    api_retries: int = 5
-    api_accept_model: str | None = None
-    api_allow_other_endpoint: bool = False
-    seeds: list[int] | None = None
-    prompt: str = "few-shot"
-    answer_name: str = "first-line"
-    max_new_tokens: int | None = None
-    think_end: str = FreeForm.think_end
-    thinking: str = "auto"
-    kv_cache: str = "auto"
+
+    def __getattr__(self, name: str) -> Any:
+        settings = self.__dict__.get("settings")  # absent while a copy is being made
+        if settings is not None and name in SETTINGS and name != "answer":  # answer is the mode; answer_name its name
+            return getattr(settings, name)
+        raise AttributeError(f"RunSpec has no attribute {name!r}")
+
+    @property
+    def answer_name(self) -> str:
+        return self.settings.answer
 
     @property
     def answer(self) -> AnswerMode:
@@ -348,7 +335,7 @@ def check_backend_settings(spec: RunSpec, settings: dict[str, Any]) -> None:
     if served and spec.backend not in (None, "api"):
         raise UserError(f"{served[0]} is a served model (--backend api), not one for --backend {spec.backend}")
     if served:
-        spec.backend = "api"
+        spec.settings = spec.settings.model_copy(update={"backend": "api"})
     given = [name for name in API_SETTINGS if settings.get(name) is not None]
     given += [name for name in ("api_base", "api_model") if getattr(spec, name) and name not in given]
     if given and spec.backend != "api":
@@ -417,7 +404,7 @@ def build_spec(
         model_path=model_path,
         adapter=adapter,
         out=out,
-        **{SPEC_FIELD.get(name, name): getattr(merged, name) for name in SETTINGS},
+        settings=merged,
     )
     if settings.get("seed") is not None and settings.get("seeds") is not None:
         raise UserError("--seed and --seeds both given: --seeds 0,1,2 runs several, --seed 3 one; give one")
