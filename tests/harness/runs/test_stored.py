@@ -1,30 +1,23 @@
-"""The run-directory promise of the commands that read runs (harness.view, harness.report, harness.export,
-harness.tasks): they never write into a run (its files hashed before and after), never over files they did not
-write, leave either nothing or a finished result when killed (the same command then finishes, equal to a clean
-run), and read a run only after checking it (harness/runs/stored.py): damaged, edited and unfinished runs are refused
-in one line naming the command that repairs them, or shown with what is missing named. On the scripted backend."""
+"""A run is read only after it is checked (harness/runs/stored.py), by every command that reads runs (harness.view,
+harness.report, harness.export, harness.tasks): damaged, edited and unfinished runs are refused in one line naming the
+command that repairs them, or shown with what is missing named. On the scripted backend."""
 
 from __future__ import annotations
 
 import csv
 import json
 import os
-import random
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from harness.backends.scripted import ScriptedBackend
 from harness.eval import evaluate
-from harness.reports.destinations import MANIFEST, STAGE_MARK, foreign_files
-from harness.reports.promotion import JOURNAL
 from harness.runs.config import build_spec, load_config
 from tests.harness.commands import command, copy, hashes, refused, without_permission_override
-from tests.harness.helpers import ROOT, assert_user_error, command_env, run_module
+from tests.harness.helpers import ROOT, assert_user_error, command_env
 from tests.harness.scripted import answer, run
 
 pytestmark = pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
@@ -34,147 +27,6 @@ pytestmark = pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptio
 def runs(tmp_path_factory):
     base = tmp_path_factory.mktemp("readers")
     return {"fp32": run(base / "fp32", ["fp32"]), "bf16": run(base / "bf16", ["bf16"])}
-
-
-def test_no_command_writes_into_a_run_it_reads_or_any_other(runs, tmp_path, capsys):
-    a, b = copy(runs["fp32"], tmp_path / "a"), copy(runs["bf16"], tmp_path / "b")
-    before = {a: hashes(a), b: hashes(b)}
-    cases = [
-        ("harness.view", [a, "--out", a / "results.csv"], "is inside the run"),
-        ("harness.view", [a, "--out", a / "page.html"], "is inside the run"),
-        ("harness.view", [a, "--out", b / "page.html"], "lies inside the run directory"),
-        ("harness.export", [a, "--out", a], "is the run"),
-        ("harness.export", [a, "--out", b], "already holds a run"),
-        ("harness.export", [a, "--out", b / "dataset"], "lies inside the run directory"),
-        ("harness.report", [a, b, "--out", a / "merged"], "is inside the run"),
-        ("harness.report", [a, b, "--out", tmp_path], "holds the run"),
-        ("harness.tasks", ["--harness", "lm-eval", "--out", a / "tasks"], "lies inside the run directory"),
-    ]
-    for module, argv, fragment in cases:
-        refused(module, argv, capsys, fragment)
-    assert {a: hashes(a), b: hashes(b)} == before, "every input run's files are as they were"
-
-
-def test_files_the_command_did_not_write_are_never_replaced(runs, tmp_path, capsys):
-    for name in ("README.md", "_numprec.yaml", "samples.jsonl"):
-        out = tmp_path / f"out-{name}"
-        out.mkdir()
-        (out / name).write_text("the user's own\n")
-        refused("harness.export", [runs["fp32"], "--out", out], capsys, f"({name})", "new or empty directory")
-        refused("harness.tasks", ["--harness", "lm-eval", "--out", out], capsys, f"({name})")
-        refused("harness.report", [runs["fp32"], runs["bf16"], "--out", out], capsys, name)
-        assert (out / name).read_text() == "the user's own\n" and sorted(os.listdir(out)) == [name]
-    page = tmp_path / "notes.html"
-    page.write_text("<html>the user's notes</html>\n")
-    refused("harness.view", [runs["fp32"], "--out", page], capsys, "was not written by python -m harness.view")
-    assert page.read_text() == "<html>the user's notes</html>\n"
-    parquet = tmp_path / "parquet-dir"
-    (parquet / "results.parquet").mkdir(parents=True)
-    refused("harness.export", [runs["fp32"], "--out", parquet], capsys, "results.parquet")
-
-
-def test_the_same_command_again_replaces_its_own_output(runs, tmp_path, capsys):
-    page = tmp_path / "page.html"
-    for _ in range(2):
-        code, err, _ = command("harness.view", [runs["fp32"], "--out", page], capsys)
-        assert code == 0 and not err, err
-    dataset = tmp_path / "dataset"
-    for _ in range(2):
-        code, err, _ = command("harness.export", [runs["fp32"], "--out", dataset], capsys)
-        assert code == 0 and not err, err
-    assert not foreign_files(dataset, "harness.export") and (dataset / MANIFEST).is_file()
-    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")], "nothing left beside --out"
-    (dataset / "results.parquet").write_bytes(b"edited")  # changed since: no longer what export wrote
-    refused("harness.export", [runs["fp32"], "--out", dataset], capsys, "results.parquet")
-
-
-def test_a_rerun_of_tasks_with_other_tasks_leaves_only_its_tasks_and_keeps_the_earlier_aside(tmp_path, capsys):
-    """The same module's own folder: another harness.tasks command (other tasks) replaces it, the earlier group moved
-    aside whole and said so; the same command again moves nothing."""
-    out = tmp_path / "tasks"
-    grid = ["--harness", "lm-eval", "--out", out, "--lengths", "1", "--samples", "2"]
-    assert command("harness.tasks", [*grid, "--tasks", "mul"], capsys)[0] == 0
-    before = hashes(out)
-    code, _, said = command("harness.tasks", [*grid, "--tasks", "add,mul"], capsys)
-    (aside,) = [path for path in tmp_path.iterdir() if path.name.startswith("tasks.previous-")]
-    assert code == 0 and f"moved the previous tasks aside to {aside.name}" in said, said
-    assert hashes(aside) == before
-    assert command("harness.tasks", [*grid, "--tasks", "mul"], capsys)[0] == 0
-    assert sorted(path.name for path in (out / "data").iterdir()) == ["numprec_mul_n1.jsonl"]
-    # the data file named where it is now, not where it was built
-    assert f"test: {out.resolve() / 'data' / 'numprec_mul_n1.jsonl'}\n" in (out / "numprec_mul_n1.yaml").read_text()
-    assert len([path for path in tmp_path.iterdir() if ".previous-" in path.name]) == 2
-
-
-def test_harness_tasks_checks_the_tokenizer_before_writing(tmp_path, capsys):
-    out = tmp_path / "tasks"
-    refused(
-        "harness.tasks", ["--harness", "lm-eval", "--out", out, "--model", "llama-served"], capsys, "names no tokenizer"
-    )
-    assert not out.exists() and not list(tmp_path.iterdir())
-
-
-def comparable(directory: Path) -> dict[str, bytes]:
-    """A report's or dataset's files, less what differs between two runs of one command (--out's name in the
-    commands they quote, run.json's pid and start, the manifest's digests of it)."""
-    found = {name: data.replace(str(directory).encode(), b"OUT") for name, data in _contents(directory).items()}
-    return found
-
-
-def _contents(directory: Path) -> dict[str, bytes]:
-    found = {}
-    for name, path in sorted((str(p.relative_to(directory)), p) for p in directory.rglob("*") if p.is_file()):
-        if name == MANIFEST:
-            continue
-        if name == "run.json":
-            record = json.loads(path.read_text())
-            for entry in record["invocations"]:
-                for key in ("pid", "started", "digest"):
-                    entry.pop(key)
-            found[name] = json.dumps(record, sort_keys=True).encode()
-        elif name.endswith(".parquet"):
-            import pyarrow.parquet as pq
-
-            found[name] = json.dumps(pq.read_table(path).to_pylist(), sort_keys=True, default=str).encode()
-        else:
-            found[name] = path.read_bytes()
-    return found
-
-
-def finished_or_absent(out: Path, module: str) -> bool:
-    """After a kill: no --out at all, or a finished one (its manifest lists exactly its files, unchanged), or one put
-    in place whose staging mark the kill left, with the journal beside it that the same command completes
-    (harness/reports/promotion.py: killed between renamed-into-place and mark-removed)."""
-    if not out.exists():
-        return True
-    promoting = (out / STAGE_MARK).is_file() and (out.parent / f".{out.name}{JOURNAL}").is_file()
-    return (out / MANIFEST).is_file() and (promoting or not foreign_files(out, module))
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("module", ["harness.report", "harness.export"])
-def test_a_kill_at_any_moment_then_the_same_command_equals_a_clean_run(module, runs, tmp_path):
-    inputs = [runs["fp32"], runs["bf16"]] if module == "harness.report" else [runs["fp32"]]
-    clean = tmp_path / "clean"
-    started = time.perf_counter()
-    result = run_module(module, *map(str, inputs), "--out", str(clean))
-    took = time.perf_counter() - started
-    assert result.returncode == 0 and not result.stderr, result.stderr
-    chance = random.Random(0)
-    for attempt in range(2):
-        out = tmp_path / f"killed-{attempt}"
-        process = subprocess.Popen(
-            [sys.executable, "-m", module, *map(str, inputs), "--out", str(out)],
-            cwd=ROOT, env=command_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        )  # fmt: skip
-        time.sleep(chance.uniform(0.2, took))
-        process.send_signal(signal.SIGKILL)
-        process.wait()
-        assert finished_or_absent(out, module), sorted(os.listdir(out))
-        again = run_module(module, *map(str, inputs), "--out", str(out))
-        assert again.returncode == 0 and not again.stderr, again.stderr
-        assert comparable(out) == comparable(clean)
-        assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == [], "no stray files"
 
 
 def edited(source: Path, target: Path, edit) -> Path:
