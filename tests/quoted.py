@@ -31,6 +31,9 @@ import sys
 from functools import cache
 from pathlib import Path
 
+from harness.reports.summary import Pooled, series_label, task_label
+from harness.runs.results import read_results
+
 ROOT = Path(__file__).resolve().parents[1]
 NUMBER = r"[-−+]?\d[\d,]*(?:\.\d+)?(?:e[-−]?\d+)?%?"
 QUOTE = re.compile(rf"\[(?P<number>{NUMBER})\]\[(?P<id>q\d+|given)\]")
@@ -42,14 +45,15 @@ GENERATED = re.compile(r"<!-- generated: (?P<kind>\w+) (?P<report>[\w.-]+) -->\n
 
 @cache
 def rows_of(path: Path) -> list[dict]:
+    """A CSV file's rows; a numprec results file's with each row's series and task label as harness names them
+    (harness/reports/summary.py's series_label and task_label, over the rows as harness.runs.results reads them)."""
     with open(path, newline="", encoding="utf-8") as handle:
         rows = list(csv.DictReader(handle))
-    for row in rows:
-        if "model" in row and "precision" in row:
-            adapter = Path(row.get("adapter") or "").name
-            row["series"] = f"{row['model']} {row['precision']}" + (f" +{adapter}" if adapter else "")
-        if row.get("task") == "iter_add" and row.get("operands"):
-            row["task"] = f"iter_add:{row['operands']}"
+    if rows and {"model", "precision", "adapter", "task"} <= set(rows[0]):
+        cells, damaged = read_results(path)
+        assert not damaged and len(cells) == len(rows), f"{path}: rows harness.runs.results does not read"
+        for row, cell in zip(rows, cells, strict=True):
+            row["series"], row["task"] = series_label(cell), task_label(cell)
     return rows
 
 
@@ -160,18 +164,17 @@ def unmarked(text: str) -> list[str]:
 
 
 def accuracy_table(report: str) -> list[str]:
-    """A report's accuracy per series and cell (task, length), as its results.csv holds it (pooled over seeds)."""
-    rows = rows_of(ROOT / "reports" / report / "results.csv")
-    series = list(dict.fromkeys(row["series"] for row in rows))
-    cells = list(dict.fromkeys((row["task"], int(row["length"])) for row in rows))
-    lines = ["| series | " + " | ".join(f"{task} {length}" for task, length in cells) + " |"]
-    lines.append("|---|" + "---:|" * len(cells))
+    """A report's accuracy per series and cell (task, length), pooled over seeds as summary.md pools them."""
+    cells, _ = read_results(ROOT / "reports" / report / "results.csv")
+    series = list(dict.fromkeys(series_label(cell) for cell in cells))
+    columns = list(dict.fromkeys((task_label(cell), cell.length) for cell in cells))
+    lines = ["| series | " + " | ".join(f"{task} {length}" for task, length in columns) + " |"]
+    lines.append("|---|" + "---:|" * len(columns))
     for name in series:
         found = []
-        for task, length in cells:
-            mine = [r for r in rows if r["series"] == name and r["task"] == task and int(r["length"]) == length]
-            correct, n = sum(int(r["correct"]) for r in mine), sum(int(r["n"]) for r in mine)
-            found.append(f"{correct / n:.3f}" if n else "")
+        for task, length in columns:
+            mine = [c for c in cells if series_label(c) == name and task_label(c) == task and c.length == length]
+            found.append(f"{Pooled.of(mine).accuracy:.3f}" if mine else "")
         lines.append(f"| {name} | " + " | ".join(found) + " |")
     return lines
 
