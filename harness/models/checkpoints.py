@@ -10,11 +10,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.core.errors import UserError, one_line
+from harness.core.errors import UserError
 from harness.core.files import read_json
 from harness.models.formats import check_declared, declared_precision
 from harness.models.mix import Mix, read_mix
 from harness.models.registry import W4_PRECISIONS, PrecisionSpec
+from harness.models.stored_bits import read_safetensors_header
 
 PROVENANCE = "numprec_quantize.json"  # what harness.quantize leaves beside the weights it wrote
 
@@ -92,23 +93,6 @@ def _shards(path: Path) -> list[str]:
     if not shards and not next(path.glob("pytorch_model*.bin"), None):
         raise UserError(f"{path} has a config.json but no weights (*.safetensors or pytorch_model.bin)")
     return shards
-
-
-def read_safetensors_header(path: Path) -> dict[str, dict]:
-    """Each tensor's dtype and shape in a safetensors file, read without loading it; an empty, cut or foreign file
-    is one line naming it."""
-    from safetensors import safe_open
-
-    if not path.is_file():
-        raise UserError(f"{path} is missing (a weights file the model directory names)")
-    try:
-        with safe_open(str(path), framework="pt") as handle:
-            return {
-                name: {"dtype": handle.get_slice(name).get_dtype(), "shape": list(handle.get_slice(name).get_shape())}
-                for name in handle.keys()  # noqa: SIM118
-            }
-    except Exception as err:  # noqa: BLE001 (safetensors raises its own and OS errors alike)
-        raise UserError(f"{path} is not a readable safetensors file ({one_line(err)}); replace it") from None
 
 
 def _provenance(path: Path) -> Mapping:

@@ -7,12 +7,10 @@ counted is what is there. A precision numprec casts to (bf16, fp32) stores its w
 
 from __future__ import annotations
 
-import json
-import struct
 from collections.abc import Mapping
 from pathlib import Path
 
-from harness.core.errors import UserError
+from harness.core.errors import UserError, one_line
 
 DTYPE_BITS = {
     "F64": 64, "F32": 32, "F16": 16, "BF16": 16, "F8_E4M3": 8, "F8_E5M2": 8, "F8_E8M0": 8,
@@ -21,23 +19,28 @@ DTYPE_BITS = {
 SUFFIXES = ("weight", "weight_packed", "weight_scale", "weight_global_scale", "weight_zero_point", "weight_shape")
 
 
-def _header(path: Path) -> dict:
-    """A safetensors file's header: tensor name -> {dtype, shape}."""
+def read_safetensors_header(path: Path) -> dict[str, dict]:
+    """Each tensor's dtype and shape in a safetensors file, read without loading it; an empty, cut or foreign file
+    is one line naming it."""
+    from safetensors import safe_open
+
+    if not path.is_file():
+        raise UserError(f"{path} is missing (a weights file the model directory names)")
     try:
-        with open(path, "rb") as handle:
-            size = struct.unpack("<Q", handle.read(8))[0]
-            header = json.loads(handle.read(size))
-    except (OSError, ValueError, struct.error) as err:
-        raise UserError(f"cannot read the safetensors header of {path}: {err}") from None
-    header.pop("__metadata__", None)
-    return header
+        with safe_open(str(path), framework="pt") as handle:
+            return {
+                name: {"dtype": handle.get_slice(name).get_dtype(), "shape": list(handle.get_slice(name).get_shape())}
+                for name in handle.keys()  # noqa: SIM118
+            }
+    except Exception as err:  # noqa: BLE001 (safetensors raises its own and OS errors alike)
+        raise UserError(f"{path} is not a readable safetensors file ({one_line(err)}); replace it") from None
 
 
 def stored_tensors(checkpoint: Path) -> dict[str, dict]:
     """Every tensor of a checkpoint directory's safetensors files, by name."""
     tensors: dict[str, dict] = {}
     for path in sorted(Path(checkpoint).glob("*.safetensors")):
-        tensors.update(_header(path))
+        tensors.update(read_safetensors_header(path))
     if not tensors:
         raise UserError(f"{checkpoint} holds no safetensors files to count its bits from")
     return tensors

@@ -25,9 +25,9 @@ from harness.models.checkpoints import (
     check_unquantized,
     quantize_flag,
     read_checkpoint,
-    read_safetensors_header,
 )
 from harness.models.gguf import GGUF_VERSION, check_gguf_type, gguf_variant
+from harness.models.stored_bits import read_safetensors_header
 
 
 def has_cuda() -> bool:

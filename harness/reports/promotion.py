@@ -33,7 +33,7 @@ import hashlib
 import json
 import os
 import shutil
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 from harness.core.errors import UserError
@@ -173,22 +173,22 @@ def _finish_left(out: Path, module: str) -> str | None:
 
 
 def prepare_out_dir(out: Path, reads: Sequence[Path], module: str) -> None:
-    """Before any work: what a killed run of the command left finished, then --out checked (destinations.py), all
-    under the parent lock, so that another writer's renames are never seen half done."""
-    with lock_beside(out):
-        note = _finish_left(out, module)
-        clear_strays(out)
-        check_out_dir(out, reads, module)
-    if note:
-        print(note)
+    """Before any work: what a killed run of the command left finished, then --out checked (destinations.py)."""
+    _prepare(out, module, lambda: check_out_dir(out, reads, module))
 
 
 def prepare_out_file(out: Path, reads: Sequence[Path], module: str, mark: bytes) -> None:
-    """prepare_out_dir for a page: a killed run's write finished, strays cleared, --out checked (check_out_file)."""
+    """prepare_out_dir for a page: --out checked as check_out_file checks it."""
+    _prepare(out, module, lambda: check_out_file(out, reads, module, mark))
+
+
+def _prepare(out: Path, module: str, check: Callable[[], None]) -> None:
+    """A killed run's final step finished, its strays cleared and --out checked, all under the parent lock, so that
+    another writer's renames are never seen half done; what was finished said."""
     with lock_beside(out):
         note = _finish_left(out, module)
         clear_strays(out)
-        check_out_file(out, reads, module, mark)
+        check()
     if note:
         print(note)
 

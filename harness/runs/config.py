@@ -179,7 +179,6 @@ class EvalConfig(StrictModel):
 # What a config names to evaluate; every other key of EvalConfig is a setting of the run, and a flag of harness.eval.
 SERIES_KEYS = ("models", "precisions", "variants", "grid")
 SETTINGS = tuple(name for name in EvalConfig.model_fields if name not in SERIES_KEYS)
-SPEC_FIELD = {"answer": "answer_name"}  # RunSpec.answer is the answer mode the setting names
 API_SETTINGS = ("api_base", "api_model", "api_endpoint", "concurrency", "api_timeout", "api_retries")
 API_SETTINGS += ("api_accept_model", "api_allow_other_endpoint")
 
@@ -297,7 +296,7 @@ class RunSpec:
             "config_precisions": self.config_precisions,
             "variants": [":".join(pair) for pair in self.variants] if self.variants else None,
             "grid": {task.label: lengths for task, lengths in self.grid},
-            **{name: getattr(self, SPEC_FIELD.get(name, name)) for name in SETTINGS},
+            **{name: getattr(self.settings, name) for name in SETTINGS},
             "model_path": self.model_path,
             "adapter": self.adapter,
             "answer_mode": self.answer.describe(),

@@ -13,7 +13,10 @@ from harness.runs.plan import plan_variants
 from tests.harness.helpers import ROOT
 
 STDLIB = (sysconfig.get_paths()["stdlib"], sysconfig.get_paths()["platstdlib"])
-_counting: list[list[str]] = []  # the open reads a test is counting (an audit hook cannot be removed: it is idle)
+# The open reads a test is counting. An audit hook cannot be removed: it is added by the first count, in the worker
+# that runs these tests only, and idles between counts.
+_counting: list[list[str]] = []
+_hooked: list[bool] = []
 
 
 def _opened(event: str, args: tuple) -> None:
@@ -26,11 +29,11 @@ def _opened(event: str, args: tuple) -> None:
         _counting[-1].append(f"{args[0]} from {frame.f_code.co_filename}:{frame.f_lineno}")
 
 
-sys.addaudithook(_opened)
-
-
 def numprec_reads(work) -> list[str]:
     """The config.json files numprec's own code opens while ``work()`` runs (transformers' reads left out)."""
+    if not _hooked:
+        sys.addaudithook(_opened)
+        _hooked.append(True)
     _counting.append([])
     try:
         work()
