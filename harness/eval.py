@@ -23,6 +23,7 @@ from harness.core.machine import describe
 from harness.models import (
     tokenizer_model,
 )
+from harness.models.rounding import ROUNDINGS
 from harness.models.weights import (
     model_location,
     resolve_weights,
@@ -112,6 +113,7 @@ def evaluate(spec: RunSpec, command: str, load=load_variant) -> RunDir | None:
                 backend.set_thinking(spec.thinking)
                 loaded_for = variant
                 record_loaded_layers(run_dir, variant, backend)
+                record_rounding(run_dir, variant)
                 for repair in getattr(backend, "repairs", []):  # a served run's journal, checked as it loads
                     progress.write(f"repaired {out}: {repair}", file=sys.stderr)
             seeded = len(spec.all_seeds) > 1
@@ -158,6 +160,19 @@ def record_loaded_layers(run_dir: RunDir | None, variant: Variant, backend) -> N
     layers = getattr(backend, "loaded_layers", None)
     if run_dir is not None and layers:
         run_dir.note(f"layers {variant.label}", dict(sorted(layers.items())))
+
+
+def record_rounding(run_dir: RunDir | None, variant: Variant) -> None:
+    """How a quantized variant's weights were rounded, into run.json: the method, and the settings the checkpoint's
+    note records (harness.quantize's), else the ones numprec makes it with."""
+    precision = variant.precision
+    if run_dir is None or not precision.prequantized or precision.rounding not in ROUNDINGS:
+        return
+    checkpoint = variant.weights.checkpoint if variant.weights else None
+    recorded = checkpoint.provenance.get("rounding_settings") if checkpoint else None
+    method = ROUNDINGS[precision.rounding]
+    settings = recorded if isinstance(recorded, dict) else method.settings
+    run_dir.note(f"rounding {variant.label}", {"method": method.name, "what": method.summary, "settings": settings})
 
 
 def report_to_trackers(names: Sequence[str], run_dir: RunDir) -> None:

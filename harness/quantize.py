@@ -40,21 +40,24 @@ from harness.core.cli import ArgParser, command_line, input_path, output_dir, ru
 from harness.core.errors import UserError
 from harness.core.files import follow_umask, move_aside
 from harness.core.lock import DirectoryLock
-from harness.models import W4_PRECISIONS, ModelSpec, PrecisionSpec, get_model, get_precision, precision_registry
+from harness.core.paths import QUANTIZE_ENV
+from harness.models import KV_FP8, W4_PRECISIONS, ModelSpec, PrecisionSpec, get_model, get_precision, precision_registry
 from harness.models.autoawq import require_gptqmodel
 from harness.models.checkpoints import check_unquantized, read_checkpoint
+from harness.models.recipe_files import read_recipe, recipe_text
+from harness.models.rounding import ROUNDINGS, split_rounding
 from harness.models.weights import quantized_dir, resolve_weights
 from harness.questions.problems import HELD_OUT_COUNT, TRAINING_LENGTHS, heldout_problems, parse_task
 from harness.questions.prompts import user_message
-from harness.recipes.recipe_file import check_recipe_file
 
-QUANTIZE_ENV = Path(__file__).resolve().parent.parent / ".venv-quantize"
 HANDED_OVER = "NUMPREC_QUANTIZE_HANDED_OVER"  # set for the quantization environment's process
 FORMATS = ("compressed-tensors", "autoawq")
 CALIBRATION_TASKS = ("add", "iter_add:3", "mul")
 GROUP_SIZE = Bound(8, 4096, "a group spans at most one row of weights; GPTQ and AWQ use 32-128")
 CALIBRATION = Bound(1, 16_384, "llm-compressor's AWQ/GPTQ recipes calibrate on 128-512 samples")
-W4_CALIBRATION, FORMAT_CALIBRATION = 256, 64  # --samples' defaults
+# --samples' defaults: W4A16's (the published recipes'), a format's by its own rounding, a format by a named method
+# (GPTQ of NVFP4 on smollm2-arith, 2 cores: 64 problems 103 s, 128 159 s, 256 273 s)
+W4_CALIBRATION, FORMAT_CALIBRATION, ROUNDING_CALIBRATION = 256, 64, 128
 
 
 def calibration_texts(tokenizer, count: int, seed: int) -> list[str]:
@@ -76,10 +79,10 @@ def calibration_texts(tokenizer, count: int, seed: int) -> list[str]:
     return texts[:count]
 
 
-def recipe(precision: PrecisionSpec, group_size: int) -> list:
-    """llm-compressor's modifiers that make ``precision``: GPTQ or AWQ at W4A16, else the precision's scheme (its
-    group size set where the format leaves it open), with SmoothQuant before GPTQ for INT8 W8A8 as published W8A8
-    checkpoints are made. The tied lm_head/embedding stays in the model's dtype, as in the paper's AWQ checkpoint."""
+def recipe(precision: PrecisionSpec, group_size: int) -> str:
+    """The llm-compressor recipe that makes ``precision``: its scheme (its group size set where the format leaves it
+    open; int4 W4A16 for gptq-w4 and awq-w4), rounded by its method (models/rounding.py). The tied lm_head/embedding
+    stays in the model's dtype, as in the paper's AWQ checkpoint."""
     from compressed_tensors.quantization import QuantizationArgs, QuantizationScheme, preset_name_to_scheme
 
     if precision.method == "compressed":
@@ -95,41 +98,14 @@ def recipe(precision: PrecisionSpec, group_size: int) -> list:
             group_size=group_size,
         )
         scheme = QuantizationScheme(targets=["Linear"], weights=weights)
-    return MODIFIERS[precision.recipe]({"config_groups": {"group_0": scheme}, "ignore": ["lm_head"]})
-
-
-def _gptq(groups: dict) -> list:
-    from llmcompressor.modifiers.quantization import GPTQModifier
-
-    return [GPTQModifier(**groups)]
-
-
-def _awq(groups: dict) -> list:
-    from llmcompressor.modifiers.quantization import QuantizationModifier
-    from llmcompressor.modifiers.transform.awq import AWQModifier
-
-    return [AWQModifier(duo_scaling="both"), QuantizationModifier(**groups)]
-
-
-def _smoothquant_gptq(groups: dict) -> list:
-    from llmcompressor.modifiers.transform.smoothquant import SmoothQuantModifier
-
-    return [SmoothQuantModifier(smoothing_strength=0.8), *_gptq(groups)]
-
-
-def _round_to_nearest(groups: dict) -> list:
-    from llmcompressor.modifiers.quantization import QuantizationModifier
-
-    return [QuantizationModifier(**groups)]
-
-
-# precisions.yaml's `recipe`: how the scheme's weights are found (rounding to nearest is data-free)
-MODIFIERS = {"gptq": _gptq, "awq": _awq, "smoothquant+gptq": _smoothquant_gptq, "rtn": _round_to_nearest}
+    groups = {"group_0": scheme.model_dump(mode="json", exclude_none=True)}
+    note = f"{precision.name}: {ROUNDINGS[precision.rounding].summary} (python -m harness.quantize)"
+    return recipe_text(groups, ["lm_head"], precision.rounding, note, precision.scheme)
 
 
 def calibrates(precision: PrecisionSpec) -> bool:
-    """Whether making ``precision`` reads calibration problems (GPTQ, AWQ, static activation scales)."""
-    return precision.recipe != "rtn" or precision.calibrate
+    """Whether making ``precision`` reads calibration problems (GPTQ, AWQ, AutoRound, static activation scales)."""
+    return ROUNDINGS[precision.rounding].calibrates or precision.calibrate
 
 
 def cpu_pinned_memory_workaround() -> None:
@@ -220,20 +196,21 @@ def quantize(
     calibration = calibration_dtype()
     network = AutoModelForCausalLM.from_pretrained(source, dtype=getattr(torch, calibration))
     texts = calibration_texts(tokenizer, samples, seed) if recipe_file or calibrates(precision) else []
+    made = recipe_file.read_text(encoding="utf-8") if recipe_file else recipe(precision, group_size)
+    rounding = read_recipe(made, str(recipe_file or out)).rounding
     data = {}
     if texts:
         dataset = Dataset.from_dict(tokenizer(texts, add_special_tokens=False))
         longest = max(len(ids) for ids in dataset["input_ids"])
         data = {"dataset": dataset, "max_seq_length": longest, "num_calibration_samples": len(texts)}
-    if precision is not None and precision.recipe == "awq":
-        cpu_pinned_memory_workaround()
+    cpu_pinned_memory_workaround()  # AWQ's, in a recipe of its own or of a mix
     from harness.models import fp4
 
     fp4.register()  # E2M1 rounding and packing in one pass on a CPU (NVFP4, MXFP4)
     started = time.perf_counter()
     name = precision.name if precision else f"the mix of {recipe_file.name}"
     with calibration_progress(f"calibrating {model_name} ({name})"):
-        oneshot(model=network, recipe=str(recipe_file) if recipe_file else recipe(precision, group_size), **data)
+        oneshot(model=network, recipe=made, **data)
         seconds = time.perf_counter() - started
         network.to(torch.bfloat16)  # the checkpoint's dtype (scales, embedding), whatever the calibration ran in
         staging = out.with_name(out.name + ".partial")
@@ -246,8 +223,9 @@ def quantize(
         "method": precision.method if precision else "compressed",
         "precision": precision.name if precision else "mixed",
         "scheme": precision.scheme if precision else None,
-        "recipe": precision.recipe if precision else "rtn",
-        "recipe_file": recipe_file.read_text(encoding="utf-8") if recipe_file else None,
+        "rounding": rounding,
+        "rounding_settings": ROUNDINGS[rounding].settings,
+        "recipe_file": made,  # the recipe it ran, as text
         "bits": precision.weight_bits if precision else None,
         "group_size": group_size,
         "calibration_samples": len(texts),
@@ -343,9 +321,17 @@ def parse_args(argv: Sequence[str] | None):
     which = parser.add_mutually_exclusive_group(required=True)
     which.add_argument("--method", choices=sorted(W4_PRECISIONS), help="W4A16 by GPTQ or AWQ (gptq-w4, awq-w4)")
     made = [name for name, spec in precision_registry().items() if spec.prequantized]
-    which.add_argument("--precision", choices=made, metavar="NAME", help=f"a precision: {', '.join(made)}")
+    which.add_argument(
+        "--precision", metavar="NAME", help=f"a precision: {', '.join(made)}, or FORMAT+METHOD (nvfp4+gptq)"
+    )
     which.add_argument(
         "--recipe", type=input_path, help="a mix of formats: an llm-compressor recipe (harness.sensitivity writes one)"
+    )
+    parser.add_argument(
+        "--rounding",
+        choices=list(ROUNDINGS),
+        metavar="METHOD",
+        help=f"how the format's weights are rounded: {', '.join(ROUNDINGS)} (default: the format's own, rtn for most)",
     )
     parser.add_argument("--bits", type=int, help="weight bits (the precision's: 4 for W4A16)")
     parser.add_argument(
@@ -354,8 +340,8 @@ def parse_args(argv: Sequence[str] | None):
     parser.add_argument(
         "--samples",
         type=CALIBRATION.arg,
-        help="calibration problems (default 256 for GPTQ/AWQ W4A16, 64 for the formats that calibrate: nvfp4, "
-        "w8a8-int8)",
+        help="calibration problems (default 256 for GPTQ/AWQ W4A16, 128 for a format by a named --rounding, 64 for the "
+        "formats that calibrate by their own: nvfp4, w8a8-int8)",
     )
     parser.add_argument("--seed", type=SEED.arg, default=0)
     parser.add_argument(
@@ -375,10 +361,22 @@ def checked_settings(args) -> tuple[ModelSpec, PrecisionSpec, int, str | None, P
     """The model, precision, group size, source directory, output directory and checkpoint format of a command line,
     each checked before any weights load."""
     model = get_model(args.model)
-    precision = get_precision(model, args.precision or W4_PRECISIONS[args.method])
+    if args.method and args.rounding:
+        raise UserError(f"--method {args.method} is its rounding already; leave out --rounding, or use --precision")
+    name = args.precision or W4_PRECISIONS[args.method]
+    if args.rounding:
+        fmt, named = split_rounding(name.removesuffix(KV_FP8))
+        if named:
+            raise UserError(f"--precision {name} names its rounding already ({named}); leave out --rounding")
+        name = f"{fmt}+{args.rounding}"
+    precision = get_precision(model, name)
     if args.samples is None:
-        # NVFP4's global scales and SmoothQuant's smoothing settle on few problems; 256 took 199 s and 526 s here
-        args.samples = FORMAT_CALIBRATION if precision.method == "compressed" else W4_CALIBRATION
+        # NVFP4's global scales and SmoothQuant's smoothing settle on few problems (256 took 199 s and 526 s here);
+        # a named rounding method reads the inputs (GPTQ, AWQ, AutoRound) on more
+        if precision.method != "compressed":
+            args.samples = W4_CALIBRATION
+        else:
+            args.samples = ROUNDING_CALIBRATION if precision.names_rounding else FORMAT_CALIBRATION
     if args.bits is not None and args.bits != precision.weight_bits:
         raise UserError(f"--bits {args.bits}: the registered {precision.name} precision stores {precision.weight_bits}")
     group_size = args.group_size if args.group_size is not None else precision.group_size
@@ -455,9 +453,12 @@ def make_mix(args, argv: Sequence[str] | None) -> int:
     model = get_model(args.model)
     if args.out is None:
         raise UserError("--recipe needs --out DIR: a mix has no place in the cache; evaluate it with --model-path DIR")
-    check_recipe_file(args.recipe)
-    if args.bits or args.group_size or args.format:
-        raise UserError("--recipe sets every layer's format itself: leave out --bits, --group-size and --format")
+    read_recipe(args.recipe.read_text(encoding="utf-8"), f"--recipe {args.recipe}")
+    if args.bits or args.group_size or args.format or args.rounding:
+        raise UserError(
+            "--recipe sets every layer's format and rounding itself: leave out --bits, --group-size, --format and "
+            "--rounding"
+        )
     check_checkpoint_out(args.out)
     model_path = str(args.model_path) if args.model_path else None
     if model_path:

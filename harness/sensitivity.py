@@ -38,7 +38,7 @@ from harness.recipes.confirm import equal_bits_variants, paired_table, problems_
 from harness.recipes.frontier import frontier_png, recipe_name
 from harness.recipes.groups import GRANULARITIES, groups_of
 from harness.recipes.mixer import Mixer
-from harness.recipes.recipe_file import recipe_text
+from harness.recipes.recipe_file import mix_recipe
 from harness.recipes.search import Choice, choose, fewest, ranked
 from harness.recipes.table import effects, fill_table, heatmap_png, jobs, jobs_left, read_table
 from harness.recipes.teacher import score, teacher_batch
@@ -268,8 +268,7 @@ def write_recipe(args, mix: Mix, mixer: Mixer, groups: list, rows: list[dict], b
     )
     ignore = [layer for layer in mixer.layers if layer not in mix.layers]
     target_layers = [layer for layer in mix.layers if layer not in set(kept)]
-    keep_scheme = mix.keep.scheme if mix.keep.method == "compressed" else None
-    text = recipe_text(mix.target.scheme, keep_scheme, target_layers, kept, ignore, note)
+    text = mix_recipe(mix.target, mix.keep, target_layers, kept, ignore, note)
     path = args.out / f"recipe-{name}.yaml"
     atomic_write_text(path, text)
     print(f"recipe {how}: keep {named(choice.kept, len(members))} at {mix.keep.name}")

@@ -166,7 +166,7 @@ def check_vllm_kernels(precision: PrecisionSpec) -> None:
     if has_cuda():
         return
     registry = precision_registry()
-    formats = {fmt for _, fmt in precision.layer_formats if fmt != UNQUANTIZED} or {precision.weights_name}
+    formats = {fmt for _, fmt in precision.layer_formats if fmt != UNQUANTIZED} or {precision.format}
     within = f" (in {precision.name})" if precision.layer_formats else ""
     missing = sorted(fmt for fmt in formats if fmt in registry and not registry[fmt].vllm_cpu)
     if missing:

@@ -114,6 +114,10 @@ def _why(path: Path, err: OSError) -> str:
     return f"cannot be looked at ({_short(path)}: {err.strerror})"
 
 
+# llm-compressor's environment (bash scripts/setup_quantize.sh): it pins an older transformers than the main one
+QUANTIZE_ENV = Path(__file__).resolve().parents[2] / ".venv-quantize"
+
+
 def cache_root() -> Path:
     """numprec's cache: NUMPREC_CACHE, else ~/.cache/numprec (read at each call, so a process can point it
     elsewhere)."""

@@ -46,6 +46,7 @@ SWITCHES = {
     "TORCH_LOGS": "-all",  # torch's own loggers at ERROR (it resets their levels when it is imported)
     "LLM_COMPRESSOR_LOG_LEVEL": "ERROR",  # llm-compressor logs through loguru, past Python's logging
     "BITSANDBYTES_NOWELCOME": "1",
+    "AR_LOG_LEVEL": "ERROR",  # AutoRound logs through a handler of its own, its level set from this when imported
 }
 LOUD_LOGGERS = ("torch", "torch.utils._pytree", "torchao", "bitsandbytes", "gptqmodel", "tokenicer", "gguf")
 

@@ -13,8 +13,8 @@ from pathlib import Path
 from harness.core.errors import UserError
 from harness.core.files import read_json
 from harness.models.formats import check_declared, declared_precision
-from harness.models.mix import Mix, read_mix
-from harness.models.registry import W4_PRECISIONS, PrecisionSpec
+from harness.models.mix import Mix, read_mix, recorded_recipes, recorded_rounding
+from harness.models.registry import W4_PRECISIONS, PrecisionSpec, rounded_name
 from harness.models.stored_bits import read_safetensors_header
 
 PROVENANCE = "numprec_quantize.json"  # what harness.quantize leaves beside the weights it wrote
@@ -31,7 +31,7 @@ class Checkpoint:
     quantization: dict | None
     tensors: Mapping[str, dict]  # name -> {"dtype", "shape"}, over every safetensors shard the directory names
     provenance: Mapping  # numprec_quantize.json ({} where there is none)
-    declared: str | None
+    declared: str | None  # the precision its quantization_config declares, named with the rounding its recipe says
     mix: Mix | None
 
     @property
@@ -65,10 +65,14 @@ def read_checkpoint(path: str | Path) -> Checkpoint:
     for shard in _shards(path):
         tensors.update(read_safetensors_header(path / shard))
     provenance = _provenance(path)
+    recipes = recorded_recipes(path, provenance)
+    rounding = recorded_rounding(recipes, provenance)
     # one config group can leave layers out beside lm_head (a recipe's ignore): a mix too, so every layer is read
     compressed = quantization and quantization.get("quant_method") == "compressed-tensors"
-    mix = read_mix(path, config, quantization, tensors, provenance) if compressed else None
-    return Checkpoint(path, config, quantization, tensors, provenance, declared_precision(quantization), mix)
+    mix = read_mix(path, config, quantization, tensors, recipes, rounding) if compressed else None
+    declared = declared_precision(quantization)
+    declared = rounded_name(declared, rounding) if declared else None
+    return Checkpoint(path, config, quantization, tensors, provenance, declared, mix)
 
 
 def _quantization(config: dict, where: Path) -> dict | None:
@@ -125,7 +129,7 @@ def check_quantized_checkpoint(checkpoint: Checkpoint, precision: PrecisionSpec)
     if precision.layer_formats:
         return  # a mix's precision is made from this checkpoint's own layers (models/mix.py)
     if precision.method == "compressed" or checkpoint.declared not in (None, "gptq-w4"):
-        check_declared(str(path), config, precision)
+        check_declared(str(path), checkpoint.declared, config, precision)
         return
     recorded = quantization_summary(config)
     if recorded.get("bits") not in (None, precision.weight_bits):

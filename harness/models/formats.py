@@ -78,13 +78,14 @@ def checkpoint_note(config: dict) -> str:
     return f"compressed-tensors {config.get('format')}: {'; '.join(parts)}; unquantized {ignored}"
 
 
-def check_declared(path: str, config: dict | None, precision: PrecisionSpec) -> None:
-    """A compressed-tensors checkpoint runs at the precision its config declares, and only at that one."""
-    declared = declared_precision(config)
+def check_declared(path: str, declared: str | None, config: dict | None, precision: PrecisionSpec) -> None:
+    """A compressed-tensors checkpoint runs at the precision its config declares (``declared``, with the rounding its
+    recipe says), and only at that one."""
     if declared is None:
         what = checkpoint_note(config) if config else "no quantization_config"
         raise UserError(f"{path} holds no format numprec knows ({what}); see docs/precisions.md for those it runs")
     if declared != precision.weights_name:
         raise UserError(
-            f"{path} is a {declared} checkpoint (its quantization_config says so); run it with --precision {declared}"
+            f"{path} is a {declared} checkpoint (its quantization_config and recipe say so); run it with --precision "
+            f"{declared}"
         )

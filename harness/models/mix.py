@@ -24,7 +24,9 @@ from pathlib import Path
 
 from harness.core.errors import UserError, one_line
 from harness.models.formats import registry_layout
-from harness.models.registry import ModelSpec, PrecisionSpec, get_precision
+from harness.models.recipe_files import read_recipe
+from harness.models.registry import ModelSpec, PrecisionSpec, get_precision, rounded_name
+from harness.models.rounding import ROUNDINGS
 from harness.models.stored_bits import layer_bits
 
 UNQUANTIZED = "unquantized"  # a layer no config group targets: it stays in the model's dtype
@@ -45,6 +47,7 @@ class Mix:
 
     schemes: Mapping[str, str]
     bits: float
+    rounding: str | None = None  # as its recipe says; None where nothing recorded it
 
     @property
     def counts(self) -> Counter:
@@ -61,7 +64,7 @@ class Mix:
         """The precision column's value: the base format, the bits, and a digest of the layers' formats (two mixes
         at equal bits are two series)."""
         digest = hashlib.sha1(json.dumps(dict(sorted(self.schemes.items()))).encode()).hexdigest()[:4]
-        return f"{self.base}{MIX_TAG}{self.bits:.2f}b-{digest}"
+        return f"{rounded_name(self.base, self.rounding)}{MIX_TAG}{self.bits:.2f}b-{digest}"
 
     def describe(self) -> str:
         """What the rows say of the mix: the base format, each other format's share of the layers, the bits."""
@@ -77,6 +80,7 @@ def mix_precision(model: ModelSpec, mix: Mix, name: str) -> PrecisionSpec:
     dtypes those of every format in it. Each format must be one the model runs at."""
     formats = [get_precision(model, scheme) for scheme, _ in mix.counts.most_common() if scheme != UNQUANTIZED]
     base = get_precision(model, mix.base + name.removeprefix(mix.label))
+    rounding = mix.rounding or base.rounding
     kept = ["bfloat16"] if UNQUANTIZED in mix.counts else []
 
     def joined(side: str) -> str:
@@ -90,6 +94,7 @@ def mix_precision(model: ModelSpec, mix: Mix, name: str) -> PrecisionSpec:
             "weight_format": f"a mix: {mix.describe()}",
             "activation_format": "each layer's format's",
             "mix": mix.describe(),
+            "rounding": rounding,
             "layer_formats": tuple(sorted(mix.schemes.items())),
         }
     )
@@ -167,10 +172,16 @@ def plainly_uniform(config: Mapping) -> bool:
 
 
 def read_mix(
-    path: Path, config: Mapping, quantization: Mapping, tensors: Mapping[str, dict], provenance: Mapping
+    path: Path,
+    config: Mapping,
+    quantization: Mapping,
+    tensors: Mapping[str, dict],
+    recipes: list[tuple[str, str]],
+    rounding: str | None,
 ) -> Mix | None:
     """The mix a compressed-tensors checkpoint holds (``path``: its config.json, quantization_config, tensor
-    headers and harness.quantize's note, as read once), or None where its layers (lm_head apart) hold one format. A
+    headers, the recipes it records and the rounding they say, as read once), or None where its layers (lm_head
+    apart) hold one format. A
     layer in a format numprec has no precision for, or a recipe beside it that gives a layer another format, is one
     line."""
     if plainly_uniform(quantization):
@@ -185,45 +196,47 @@ def read_mix(
         )
     if len({scheme for layer, scheme in schemes.items() if layer != HEAD}) < 2:
         return None
-    for recipe, text in _recipes(path, provenance):
-        _check_recipe(path, recipe, text, schemes, modules)
+    for where, text in recipes:
+        _check_recipe(where, text, schemes, modules)
     shapes = {name: tuple(module.weight.shape) for name, module in modules.items() if name != HEAD}
     bits = layer_bits(tensors, list(shapes), shapes)
     weights = sum(rows * columns for rows, columns in shapes.values())
     total = sum(bits.get(layer, 16.0) * rows * columns for layer, (rows, columns) in shapes.items())
-    return Mix(schemes, total / weights)  # type: ignore[arg-type]
+    return Mix(schemes, total / weights, rounding)  # type: ignore[arg-type]
 
 
-def _recipes(path: Path, provenance: Mapping) -> list[tuple[str, str]]:
-    """The recipes a checkpoint records: llm-compressor's recipe.yaml, and the text numprec_quantize.json kept."""
+def recorded_recipes(path: Path, provenance: Mapping) -> list[tuple[str, str]]:
+    """The recipes a checkpoint records, as (where, text): llm-compressor's recipe.yaml, and the text
+    numprec_quantize.json kept."""
     found = []
     if (path / "recipe.yaml").is_file():
-        found.append(("recipe.yaml", (path / "recipe.yaml").read_text(encoding="utf-8")))
+        found.append((f"{path}/recipe.yaml", (path / "recipe.yaml").read_text(encoding="utf-8")))
     kept = provenance.get("recipe_file")
     if isinstance(kept, str):
-        found.append(("the recipe numprec_quantize.json records", kept))
+        found.append((f"the recipe {path}/numprec_quantize.json records", kept))
     return found
 
 
-def recipe_modifier(text: str) -> Mapping | None:
-    """A recipe's QuantizationModifier (config_groups, ignore), or None where the text holds none."""
-    import yaml
+def recorded_rounding(recipes: list[tuple[str, str]], provenance: Mapping) -> str | None:
+    """How a checkpoint's weights were rounded, as the first recipe numprec reads says (or harness.quantize's note,
+    for a checkpoint without one); None where nothing says."""
+    for where, text in recipes:
+        try:
+            return read_recipe(text, where).rounding
+        except UserError:
+            continue
+    rounding = provenance.get("rounding")
+    return rounding if isinstance(rounding, str) and rounding in ROUNDINGS else None
 
-    try:
-        modifier = yaml.safe_load(text)["quant_stage"]["quant_modifiers"]["QuantizationModifier"]
-    except (yaml.YAMLError, KeyError, TypeError):
-        return None
-    return modifier if isinstance(modifier, Mapping) else None
 
-
-def _check_recipe(path: Path, recipe: str, text: str, schemes: Mapping, modules: Mapping) -> None:
-    modifier = recipe_modifier(text)
-    asked = layer_schemes(modifier, modules, f"{path}/{recipe}") if modifier else {}
+def _check_recipe(where: str, text: str, schemes: Mapping, modules: Mapping) -> None:
+    recipe = read_recipe(text, where)
+    asked = layer_schemes(recipe.quantization, modules, where)
     differ = sorted(layer for layer in schemes if asked.get(layer) != schemes[layer])
     if differ:
         first = differ[0]
         raise UserError(
-            f"{path}: {recipe} and config.json disagree on {plural(len(differ), 'layer')} "
+            f"{where} and config.json disagree on {plural(len(differ), 'layer')} "
             f"({first}: {asked.get(first)} in the recipe, {schemes[first]} in config.json); the checkpoint is not "
             "what its recipe made: make it again with python -m harness.quantize --recipe"
         )

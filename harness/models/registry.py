@@ -11,11 +11,12 @@ from pathlib import Path
 from typing import Annotated, Literal
 
 import yaml
-from pydantic import ConfigDict, Field, ValidationError
+from pydantic import ConfigDict, Field, ValidationError, field_validator
 
 from harness.core.configfiles import StrictModel, validation_message
 from harness.core.errors import UserError
 from harness.core.machine import CPU_FLAGS
+from harness.models.rounding import ROUNDINGS, split_rounding
 from harness.questions.problems import HELD_OUT_COUNT, TRAINING_LENGTHS
 
 # The W4A16 precision each calibration method makes (harness.quantize --method METHOD).
@@ -104,7 +105,10 @@ class PrecisionSpec(Frozen):
     backend: str | None = None  # the one engine that can run it (llama.cpp for GGUF); None: any
     scheme: str | None = None  # llm-compressor's preset that makes it (method compressed)
     calibrate: bool = False  # the scheme has static scales found on calibration data (else made data-free)
-    recipe: Literal["rtn", "gptq", "awq", "smoothquant+gptq"] = "rtn"  # how harness.quantize finds the weights
+    # the registry's name of the format itself (a rounding's or a KV cache's precision keeps its format's)
+    format: str = ""
+    rounding: str = "rtn"  # how harness.quantize rounds the weights (models/rounding.py), the format's own by default
+    roundings: tuple[str, ...] = ()  # the other methods llm-compressor applies to this format (FORMAT+METHOD)
     kv_cache: Literal["auto", "fp8"] = "auto"  # the keys and values attention keeps: the model's dtype, or fp8 E4M3
     weight_format: str = ""
     activation_format: str = ""
@@ -121,10 +125,23 @@ class PrecisionSpec(Frozen):
     mix: str = ""
     layer_formats: tuple[tuple[str, str], ...] = ()
 
+    @field_validator("rounding", "roundings")
+    @classmethod
+    def _registered(cls, value):
+        unknown = [name for name in ([value] if isinstance(value, str) else value) if name not in ROUNDINGS]
+        if unknown:
+            raise ValueError(f"unknown rounding {unknown[0]!r}; known: {', '.join(ROUNDINGS)}")
+        return value
+
     @property
     def weights_name(self) -> str:
         """The precision's name without its KV cache: what a checkpoint of it is made and found as."""
         return self.name.removesuffix(KV_FP8)
+
+    @property
+    def names_rounding(self) -> bool:
+        """Its name says how its weights are rounded (nvfp4+gptq): not the format's own rounding."""
+        return split_rounding(self.weights_name)[1] is not None
 
     @property
     def model_dtype(self) -> str:
@@ -152,7 +169,9 @@ def _named(file: str, wrapper: type[StrictModel], field: str) -> dict:
     path = Path(str(resources.files("harness").joinpath(file)))
     raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
     try:
-        return getattr(wrapper(**{field: {name: {"name": name, **entry} for name, entry in raw.items()}}), field)
+        own = {"format"} if field == "precisions" else set()  # a registry precision is a format of its own name
+        named = {name: {"name": name, **dict.fromkeys(own, name), **entry} for name, entry in raw.items()}
+        return getattr(wrapper(**{field: named}), field)
     except ValidationError as err:
         raise UserError(f"{path}: {validation_message(err, wrapper)}") from None
 
@@ -215,8 +234,10 @@ def tokenizer_model(model: ModelSpec) -> ModelSpec | None:
 
 
 def known_precision(name: str) -> bool:
-    """A registry precision, or one with an fp8 KV cache."""
-    return name.removesuffix(KV_FP8) in precision_registry()
+    """A registry precision, with a rounding method its format takes, an fp8 KV cache, or both."""
+    fmt, method = split_rounding(name.removesuffix(KV_FP8))
+    spec = precision_registry().get(fmt)
+    return spec is not None and (method is None or method == spec.rounding or method in spec.roundings)
 
 
 def with_kv_cache(name: str, kv_cache: str) -> str:
@@ -227,11 +248,15 @@ def with_kv_cache(name: str, kv_cache: str) -> str:
 def get_precision(model: ModelSpec, name: str) -> PrecisionSpec:
     precisions = precision_registry()
     weights = name.removesuffix(KV_FP8)
-    if weights not in precisions:
-        raise UserError(f"unknown precision '{name}'; known: {', '.join(precisions)} (each also with {KV_FP8})")
-    if weights not in model.precisions:
-        raise UserError(f"model {model.name} does not run at {weights}; it takes: {', '.join(model.precisions)}")
-    precision = precisions[weights]
+    fmt, method = split_rounding(weights)
+    if fmt not in precisions:
+        raise UserError(
+            f"unknown precision '{name}'; known: {', '.join(precisions)} (each also with {KV_FP8}, and formats with "
+            "+METHOD, the rounding: nvfp4+gptq)"
+        )
+    if fmt not in model.precisions:
+        raise UserError(f"model {model.name} does not run at {fmt}; it takes: {', '.join(model.precisions)}")
+    precision = with_rounding(precisions[fmt], method)
     if precision.group_adjustable and model.w4_group_size:
         precision = precision.model_copy(update={"group_size": model.w4_group_size})
     if name != weights:
@@ -240,5 +265,32 @@ def get_precision(model: ModelSpec, name: str) -> PrecisionSpec:
                 f"{weights} runs on llama.cpp, whose KV cache numprec does not set; an fp8 KV cache goes with "
                 f"precisions of methods {', '.join(KV_CACHE_METHODS)}"
             )
-        precision = precision.model_copy(update={"name": name, "kv_cache": "fp8"})
+        precision = precision.model_copy(update={"name": precision.name + KV_FP8, "kv_cache": "fp8"})
     return precision
+
+
+def rounded_name(fmt: str, rounding: str | None) -> str:
+    """A format's name with the rounding its weights had where that is not the format's own (None: not recorded).
+
+    >>> rounded_name("nvfp4", "gptq"), rounded_name("nvfp4", "rtn"), rounded_name("w8a8-int8", "smoothquant+gptq")
+    ('nvfp4+gptq', 'nvfp4', 'w8a8-int8')
+    """
+    spec = precision_registry().get(fmt)
+    return fmt if rounding is None or spec is None or rounding == spec.rounding else f"{fmt}+{rounding}"
+
+
+def with_rounding(precision: PrecisionSpec, method: str | None) -> PrecisionSpec:
+    """``precision`` (a registry format) with its weights rounded by ``method``; named FORMAT+METHOD, or FORMAT where
+    the method is the format's own (nvfp4+rtn is nvfp4). A method the format does not take is one line."""
+    if method is None or method == precision.rounding:
+        return precision
+    if method not in precision.roundings:
+        if not precision.roundings:
+            raise UserError(f"{precision.name} is rounded by {precision.rounding} only; ask for {precision.name}")
+        takes = ", ".join(f"{precision.name}+{other}" for other in precision.roundings)
+        raise UserError(
+            f"{precision.name} cannot be rounded by {method} here (llm-compressor applies "
+            f"{', '.join([precision.rounding, *precision.roundings])} to it); ask for {precision.name} or one of "
+            f"{takes}"
+        )
+    return precision.model_copy(update={"name": f"{precision.name}+{method}", "rounding": method})

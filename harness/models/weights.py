@@ -10,6 +10,7 @@ import importlib.util
 import os
 import re
 import shutil
+import subprocess
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -17,7 +18,7 @@ from pathlib import Path
 
 from harness.core.errors import UserError
 from harness.core.files import follow_umask, read_json
-from harness.core.paths import cache_root
+from harness.core.paths import QUANTIZE_ENV, cache_root
 from harness.models import ModelSpec, PrecisionSpec, get_model
 from harness.models.checkpoints import (
     Checkpoint,
@@ -133,13 +134,34 @@ def _quantized_weights(
         if not (path / "config.json").is_file():
             if model.kind == "hub":
                 return Weights(_hub_snapshot(model))
-            raise UserError(
-                f"no {precision.name} checkpoint of {model.name} at {path}; make it with: "
-                f"{quantize_command(model, precision)}"
-            )
+            _own_weights(model, None, None)  # what it is made from is here: said now, not when the variant loads
+            if not (QUANTIZE_ENV / "bin" / "python").exists() and importlib.util.find_spec("llmcompressor") is None:
+                raise UserError(
+                    f"no {precision.name} checkpoint of {model.name} at {path}, and llm-compressor, which makes it on "
+                    "first use, is not installed: run bash scripts/setup_quantize.sh, then repeat this command"
+                )
+            return Weights(None, make=lambda: made_checkpoint(model, precision, path))
         checkpoint = read_checkpoint(path)
     check_quantized_checkpoint(checkpoint, precision)
     return Weights(str(checkpoint.path), checkpoint)
+
+
+def made_checkpoint(model: ModelSpec, precision: PrecisionSpec, path: Path) -> str:
+    """``precision``'s checkpoint of ``model``, made on first use by harness.quantize (as a user makes it, in its own
+    environment, its progress shown) where harness.eval finds it, once: a second process waits for the first's."""
+    from filelock import FileLock
+
+    command = quantize_command(model, precision)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(path) + ".lock"):
+        if not (path / "config.json").is_file():
+            print(f"making the {precision.weights_name} checkpoint of {model.name} (once): {command}", file=sys.stderr)
+            argv = [sys.executable, "-m", *command.split()[2:]]
+            if subprocess.run(argv, stdout=sys.stderr, check=False).returncode:
+                raise UserError(f"could not make {path} (harness.quantize said why above); fix that and run again")
+    checkpoint = read_checkpoint(path)
+    check_quantized_checkpoint(checkpoint, precision)
+    return str(path)
 
 
 TOKENIZER_DIR = "NUMPREC_TOKENIZER_DIR"

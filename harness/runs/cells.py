@@ -181,6 +181,7 @@ def score_cell(backend, cell: Cell, spec: RunSpec, generations, wall: float, tok
         matmul_precision=backend.matmul_precision,
         kv_cache=backend.kv_cache,
         mix=precision.mix,
+        rounding=precision.rounding,
         prompt_style=spec.prompt,
         answer_mode=spec.answer.describe(),
         **length_fields(samples),

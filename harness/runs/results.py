@@ -98,6 +98,9 @@ class CellResult:
     # A checkpoint whose layers hold several formats (harness.quantize --recipe): which formats, in how many of the
     # linear layers, and the bits a weight as stored (lm_head apart); weight_bits is then its base format's
     mix: str = ""
+    # How the weights were rounded onto the format's grid (harness/models/rounding.py: rtn, gptq, awq, autoround, ...);
+    # the precision's name carries it where it is not the format's own (nvfp4+gptq)
+    rounding: str = ""
 
     @property
     def key(self) -> CellKey:
@@ -110,7 +113,7 @@ LATER_COLUMNS = {"kernel", "matmul_precision", "flip_k", "flip_outputs", "flip_v
 LATER_COLUMNS |= {"precision_source", "endpoint", "served_model", "request_mode", "decoding_params", "prompt_tokens"}
 LATER_COLUMNS |= {"machine", "cut_replies", "prompt_style", "answer_mode", "tokens_mean", "tokens_median"}
 LATER_COLUMNS |= {"tokens_p90", "tokens_max", "thinking_tokens_mean", "answer_tokens_mean", "truncated", "conflicts"}
-LATER_COLUMNS |= {"kv_cache", "mix"}
+LATER_COLUMNS |= {"kv_cache", "mix", "rounding"}
 _INT_COLUMNS = {f.name for f in fields(CellResult) if f.type == "int"}
 _FLOAT_COLUMNS = {f.name for f in fields(CellResult) if f.type == "float"}
 

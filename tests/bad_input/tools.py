@@ -9,6 +9,22 @@ import pytest
 from tests.devices import without_cuda
 from tests.harness.helpers import ROOT
 
+RECIPE_GPTQ = """
+quant_stage:
+  quant_modifiers:
+    GPTQModifier:
+      ignore: [lm_head]
+      config_groups: {group_0: {targets: [Linear], weights: {num_bits: 4, type: int, strategy: group, group_size: 64}}}
+"""
+QUIP = "    QuIPModifier: {transform_type: random-hadamard}\n    GPTQModifier:"
+RECIPE_QUIP = RECIPE_GPTQ.replace("    GPTQModifier:", QUIP)
+
+
+def recipe(name: str, text: str, fragment: str, *more: str) -> tuple:
+    """harness.quantize --recipe of ``text``."""
+    return (name, ["--recipe", "{config}", "--out", "q", *more], fragment, ("config.yaml", text))
+
+
 QUANTIZE = [
     ("hub-weights-absent", ["--model", "llama-int4", "--method", "awq", "--out", "q"], "are not on this machine"),
     ("group-0", ["--method", "gptq", "--group-size", "0"], "--group-size: must be at least 8"),
@@ -32,6 +48,23 @@ QUANTIZE = [
     ("out-here", ["--method", "awq", "--out", "."], "is the working directory"),
     ("out-above", ["--method", "awq", "--out", ".."], "is the working directory (or holds it)"),
     ("out-not-a-checkpoint", ["--method", "gptq", "--out", "model_dir"], "not a checkpoint harness.quantize wrote"),
+    # the rounding method: one the format takes (and which do), named once
+    ("rounding-unsupported", ["--precision", "nvfp4-a16", "--rounding", "autoround"], "nvfp4-a16+gptq, nvfp4-a16+awq"),
+    ("rounding-unsupported-named", ["--precision", "fp8-block+autoround"], "cannot be rounded by autoround"),
+    ("rounding-twice", ["--precision", "nvfp4+gptq", "--rounding", "awq"], "names its rounding already"),
+    ("rounding-with-method", ["--method", "gptq", "--rounding", "awq"], "is its rounding already"),
+    ("rounding-unknown", ["--precision", "nvfp4", "--rounding", "hqq"], "invalid choice: 'hqq'"),
+    ("rounding-of-a-cast", ["--precision", "bf16+gptq"], "bf16 is rounded by rtn only"),
+    recipe("recipe-unread-modifier", RECIPE_QUIP, "not QuIPModifier + GPTQModifier"),
+    recipe("recipe-no-groups", "s:\n  m_modifiers:\n    GPTQModifier: {ignore: [lm_head]}\n", "gives no config groups"),
+    recipe("recipe-not-yaml", "quant_stage: [\n", "not an llm-compressor recipe numprec reads"),
+    recipe(
+        "recipe-and-rounding",
+        RECIPE_GPTQ,
+        "leave out --bits, --group-size, --format and --rounding",
+        "--rounding",
+        "awq",
+    ),  # fmt: skip
 ]
 
 BENCH = [

@@ -3,7 +3,7 @@
 import json
 
 from tests.console import assert_numprec_console
-from tests.harness.helpers import assert_user_error, run_module
+from tests.harness.helpers import run_module
 
 
 def test_eval_section_compares_the_same_prompts_across_engines(tmp_path):
@@ -57,11 +57,3 @@ def test_scoring_section_judges_ten_thousand_outputs_of_each_mode():
     assert set(rows) == {"first-line", "free-form"}
     assert all(row["outputs"] == 10_000 and row["seconds"] > 0 and row["distinct"] > 100 for row in rows.values())
     assert "| free-form | 540 |" in "\n".join(scoring_markdown(list(rows.values())))
-
-
-def test_the_emulation_section_without_its_checkpoints_is_one_line_before_any_pass(tmp_path):
-    """In a cache without the FP4 checkpoints: the quantize command to run, in one line, before bf16's pass."""
-    out = tmp_path / "bench"
-    result = run_module("bench.run", "--out", str(out), "--only", "emulation", env={"NUMPREC_CACHE": str(tmp_path)})
-    assert_user_error(result, "no nvfp4 checkpoint of smollm2-arith", "python -m harness.quantize")
-    assert not out.exists()

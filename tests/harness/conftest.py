@@ -1,14 +1,12 @@
 import re
-import subprocess
 from pathlib import Path
 
 import pytest
 
-from harness.quantize import HANDED_OVER, QUANTIZE_ENV
 from tests.console import assert_numprec_console
 from tests.harness.models.format_reference import FORMATS
 
-from .helpers import ROOT, command_env, run_module
+from .helpers import in_quantize_env, run_module
 
 
 @pytest.fixture(scope="session")
@@ -79,14 +77,6 @@ def checkpoints(tiny_llama) -> dict[str, Path]:
     """Every format's checkpoint of the small Llama, made by harness.quantize's own code in one process of the
     quantization environment (the command hands itself over to it, as here): for the formats' tests and the
     sensitivity tests, which share an xdist group so that one worker makes them once."""
-    env = {**command_env(), "PYTHONPATH": str(ROOT), HANDED_OVER: "1"}
-    result = subprocess.run(
-        [str(QUANTIZE_ENV / "bin" / "python"), "-c", MAKE_ALL, str(tiny_llama), *FORMATS],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        env=env,
-        timeout=900,
-    )
+    result = in_quantize_env(MAKE_ALL, str(tiny_llama), *FORMATS)
     assert result.returncode == 0, result.stderr[-3000:]
     return {name: Path(f"{tiny_llama}-{name}") for name in FORMATS}

@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 
 from harness.backends.vllm import VLLM_ENV
-from harness.quantize import QUANTIZE_ENV
+from harness.quantize import HANDED_OVER, QUANTIZE_ENV
 from harness.questions.problems import generate
 from harness.questions.prompts import user_message
 from harness.serve import free_port  # noqa: F401  (the tests' free port)
@@ -162,3 +162,11 @@ def assert_summed_in_another_order(ours: torch.Tensor, theirs: torch.Tensor, x: 
     assert ours.dtype == theirs.dtype == torch.bfloat16
     assert (apart <= one_step + magnitude * 2**-16).all()
     assert (apart == 0).sum() > 0.999 * apart.numel(), f"{int((apart == 0).sum())} of {apart.numel()} equal"
+
+
+def in_quantize_env(script: str, *args: str) -> subprocess.CompletedProcess:
+    """``python -c script args`` in the quantization environment, as harness.quantize hands itself over to it
+    (its output captured): the tests' checkpoints made by harness.quantize's own code in one process."""
+    env = {**command_env(), "PYTHONPATH": str(ROOT), HANDED_OVER: "1"}
+    python = str(QUANTIZE_ENV / "bin" / "python")
+    return subprocess.run([python, "-c", script, *args], capture_output=True, text=True, cwd=ROOT, env=env, timeout=900)

@@ -9,6 +9,7 @@ import torch
 
 from harness.backends import Sampling
 from harness.core.machine import cpu_bf16_instructions, cpu_flags
+from harness.core.paths import cache_root
 from harness.models import get_model, get_precision
 from harness.models.weights import variant_weights
 from harness.questions.problems import Task, generate
@@ -183,12 +184,27 @@ def test_a_quantized_checkpoint_cannot_be_labelled_fp32(gptq_checkpoint):
     assert_user_error(result, "quantized checkpoint", "gptq-w4")
 
 
-def test_missing_gptq_checkpoint_says_how_to_make_it(tmp_path):
+@needs_quantize_env
+def test_a_missing_checkpoint_is_made_on_first_use_then_found(tmp_path):
+    """harness.eval at a precision whose checkpoint this machine lacks makes it as harness.quantize does (its
+    command said, its progress shown), into the cache where the next run finds it; a directory that is not a
+    checkpoint is one line. fp8-dynamic is data-free: the real default model's in seconds."""
     result = run_module("harness.eval", "--precision", "gptq-w4", "--model-path", str(tmp_path))
     assert_user_error(result, "not a model directory")
-    env_cache = {"NUMPREC_CACHE": str(tmp_path)}
-    result = run_module("harness.eval", "--precision", "awq-w4", env=env_cache)
-    assert_user_error(result, "python -m harness.quantize --model smollm2 --method awq")
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    (cache / "models").symlink_to(cache_root() / "models", target_is_directory=True)  # the session's converted model
+    grid = ["--model", "smollm2", "--precision", "fp8-dynamic", "--tasks", "add", "--lengths", "1", "--samples", "2"]
+    first = run_module("harness.eval", *grid, "--out", str(tmp_path / "first"), env={"NUMPREC_CACHE": str(cache)})
+    assert first.returncode == 0, first.stderr[-3000:]
+    assert "making the fp8-dynamic checkpoint of smollm2 (once): python -m harness.quantize" in first.stderr
+    made = cache / "quantized" / "smollm2-fp8-dynamic"
+    assert json.loads((made / "numprec_quantize.json").read_text())["rounding"] == "rtn"
+    (row,) = csv_rows(tmp_path / "first" / "results.csv")
+    assert (row["precision"], row["weight_bits"], row["rounding"]) == ("fp8-dynamic", "8", "rtn")
+    again = run_module("harness.eval", *grid, "--out", str(tmp_path / "again"), env={"NUMPREC_CACHE": str(cache)})
+    assert again.returncode == 0 and "making" not in again.stderr, again.stderr[-3000:]
+    assert csv_rows(tmp_path / "again" / "results.csv")[0]["correct"] == row["correct"]
 
 
 def test_quantize_rejects_a_group_size_that_does_not_tile_the_layers():

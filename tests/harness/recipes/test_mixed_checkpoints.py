@@ -11,12 +11,13 @@ from pathlib import Path
 import pytest
 
 from harness.core.errors import UserError
-from harness.models import get_model
+from harness.models import get_model, get_precision
 from harness.models.checkpoints import read_checkpoint
-from harness.models.mix import check_loaded, mix_precision, recipe_modifier
+from harness.models.mix import check_loaded, mix_precision
+from harness.models.recipe_files import read_recipe
 from harness.models.stored_bits import stored_tensors
 from harness.recipes.groups import KINDS
-from harness.recipes.recipe_file import recipe_text
+from harness.recipes.recipe_file import mix_recipe
 from tests.devices import HAS_CUDA
 from tests.harness.helpers import assert_user_error, csv_rows, needs_quantize_env, require_vllm, run_module
 
@@ -27,11 +28,13 @@ EVERY = [f"model.layers.{block}.{member}" for block in range(4) for member in ME
 KEPT = [f"model.layers.0.{member}" for member in KINDS["qkv"]] + ["model.layers.3.mlp.down_proj"]
 
 
-def make_mix(tiny_llama: Path, out: Path, target: str, keep: str | None) -> Path:
-    """The small Llama with KEPT at ``keep`` (None: left in bf16) and the rest at ``target``."""
+def make_mix(tiny_llama: Path, out: Path, target: str, keep: str) -> Path:
+    """The small Llama with KEPT at ``keep`` (bf16: left unquantized) and the rest at ``target`` (precision names)."""
     recipe = out.parent / f"{out.name}.yaml"
     targets = [name for name in EVERY if name not in KEPT]
-    recipe.write_text(recipe_text(target, keep, targets, KEPT, ["lm_head"], "a test's mix"))
+    model = get_model("smollm2")
+    formats = get_precision(model, target), get_precision(model, keep)
+    recipe.write_text(mix_recipe(*formats, targets, KEPT, ["lm_head"], "a test's mix"))
     result = run_module(
         "harness.quantize", "--model", "smollm2", "--model-path", str(tiny_llama), "--recipe", str(recipe),
         "--samples", "4", "--out", str(out),
@@ -42,12 +45,17 @@ def make_mix(tiny_llama: Path, out: Path, target: str, keep: str | None) -> Path
 
 @pytest.fixture(scope="module")
 def nvfp4_mix(tiny_llama, tmp_path_factory) -> Path:
-    return make_mix(tiny_llama, tmp_path_factory.mktemp("mixes") / "nvfp4-fp8", "NVFP4", "FP8_DYNAMIC")
+    return make_mix(tiny_llama, tmp_path_factory.mktemp("mixes") / "nvfp4-fp8", "nvfp4", "fp8-dynamic")
 
 
 @pytest.fixture(scope="module")
 def fp8_mix(tiny_llama, tmp_path_factory) -> Path:
-    return make_mix(tiny_llama, tmp_path_factory.mktemp("mixes") / "fp8-bf16", "FP8_DYNAMIC", None)
+    return make_mix(tiny_llama, tmp_path_factory.mktemp("mixes") / "fp8-bf16", "fp8-dynamic", "bf16")
+
+
+@pytest.fixture(scope="module")
+def gptq_mix(tiny_llama, tmp_path_factory) -> Path:
+    return make_mix(tiny_llama, tmp_path_factory.mktemp("mixes") / "nvfp4-gptq-fp8", "nvfp4+gptq", "fp8-dynamic")
 
 
 def evaluate(model_path: Path, out: Path, *extra: str):
@@ -59,9 +67,9 @@ def test_harness_quantize_stores_each_layer_in_its_groups_format(nvfp4_mix):
     """The checkpoint's config groups are the recipe's, each layer stored in its group's format (FP8 codes for the
     kept layers, packed FP4 codes with their scales for the rest), and read back as the same mix."""
     config = json.loads((nvfp4_mix / "config.json").read_text())["quantization_config"]
-    recipe = recipe_modifier((nvfp4_mix.parent / "nvfp4-fp8.yaml").read_text())
+    recipe = read_recipe((nvfp4_mix.parent / "nvfp4-fp8.yaml").read_text(), "the test's recipe")
     made = sorted(sorted(group["targets"]) for group in config["config_groups"].values())  # llm-compressor renames
-    assert made == sorted(sorted(group["targets"]) for group in recipe["config_groups"].values())
+    assert made == sorted(sorted(group["targets"]) for group in recipe.groups.values())
     assert config["ignore"] == ["lm_head"]
     tensors = stored_tensors(nvfp4_mix)
     for layer in EVERY:
@@ -93,23 +101,41 @@ def test_a_precision_asked_of_a_mix_is_one_line(nvfp4_mix, tmp_path):
     assert not (tmp_path / "run").exists()
 
 
-def test_a_recipe_changed_after_the_checkpoint_was_made_is_caught(nvfp4_mix, tmp_path):
-    """recipe.yaml edited to keep another layer at FP8 than config.json and the weights hold: refused before any
-    weights load, naming the layer."""
+def with_recipe_changed(mix: Path, tmp_path: Path) -> Path:
+    """The checkpoint with recipe.yaml (llm-compressor's record of what it ran) edited to keep block 2's down_proj
+    otherwise than config.json and the weights hold."""
     changed = tmp_path / "changed"
     changed.mkdir()
-    for path in nvfp4_mix.iterdir():
+    for path in mix.iterdir():
         (changed / path.name).symlink_to(path)
     (changed / "recipe.yaml").unlink()
-    text = (nvfp4_mix / "recipe.yaml").read_text()
+    text = (mix / "recipe.yaml").read_text()
     edited = text.replace("(0|1|2)\\.mlp\\.down_proj", "(0|1)\\.mlp\\.down_proj", 1)
     assert edited != text, "the recipe's down_proj targets moved; update the edit"
     (changed / "recipe.yaml").write_text(edited)
-    result = evaluate(changed, tmp_path / "run")
+    return changed
+
+
+@pytest.mark.parametrize("mix", ["nvfp4_mix", "gptq_mix"])
+def test_a_recipe_changed_after_the_checkpoint_was_made_is_caught(mix, request, tmp_path):
+    """Refused before any weights load, naming the layer, whatever modifier the recipe quantized in (GPTQModifier's
+    recipe.yaml holds Python-tagged values)."""
+    result = evaluate(with_recipe_changed(request.getfixturevalue(mix), tmp_path), tmp_path / "run")
     assert_user_error(
         result, "recipe.yaml and config.json disagree on 1 layer (model.layers.2.mlp.down_proj: unquantized"
     )
     assert not (tmp_path / "run").exists()
+
+
+def test_a_mix_rounded_by_gptq_runs_under_its_rounding(gptq_mix, tmp_path):
+    """A GPTQModifier recipe's checkpoint, as llm-compressor users write them: read layer by layer, run on
+    transformers, its rows labelled with the rounding (nvfp4+gptq-mix-...)."""
+    result = evaluate(gptq_mix, tmp_path / "run")
+    assert result.returncode == 0, result.stderr[-3000:]
+    (row,) = csv_rows(tmp_path / "run" / "results.csv")
+    mix = read_checkpoint(gptq_mix).mix
+    assert mix.rounding == "gptq" and row["precision"] == mix.label and mix.label.startswith("nvfp4+gptq-mix-")
+    assert row["rounding"] == "gptq" and row["mix"].startswith("nvfp4, fp8-dynamic in 4 of 28 layers")
 
 
 def test_a_mix_whose_architecture_cannot_be_built_is_one_line(nvfp4_mix, tmp_path):

@@ -22,11 +22,11 @@ import torch
 from harness.backends.hf import HFBackend
 from harness.core.files import csv_line
 from harness.models import get_model, precision_registry
+from harness.models.recipe_files import read_recipe
 from harness.models.weights import cache_root, quantized_dir
 from harness.questions.problems import generate, parse_task
 from harness.recipes.groups import KINDS, Group, module_groups
 from harness.recipes.mixer import Mixer
-from harness.recipes.recipe_file import recipe_layers
 from harness.recipes.table import COLUMNS, cell_rows, effects, fill_table, jobs, read_table
 from harness.recipes.teacher import score, teacher_batch
 from tests.harness.commands import command, refused
@@ -166,8 +166,10 @@ def test_a_budget_writes_a_recipe_whose_layers_match_its_groups_and_bits(cache, 
     assert code == 0, err
     record = json.loads((out / "sensitivity.json").read_text())["recipes"]["5bits"]
     assert 4.5 <= record["bits"] <= 5 and "recipe within 5 bits" in said
-    layers = recipe_layers((out / record["file"]).read_text())
-    assert layers["ignore"] == ["lm_head"]
+    recipe = read_recipe((out / record["file"]).read_text(), record["file"])
+    layers = {name: group["targets"] for name, group in recipe.groups.items()}
+    layers["ignore"] = recipe.quantization["ignore"]
+    assert layers["ignore"] == ["lm_head"] and recipe.rounding == "rtn"
     names = [f"model.layers.{block}.{member}" for block in range(4) for member in MEMBERS]
     owner = {name: [group for group, patterns in layers.items() if any(matches(p, name) for p in patterns)]
              for name in names}  # fmt: skip
@@ -238,7 +240,7 @@ def matches(pattern: str, name: str) -> bool:
         (["--precision", "bf16", "--keep", "fp32"], "not a quantized format"),
         (["--precision", "nvfp4", "--keep", "nf4"], "not a format harness.sensitivity mixes"),
         (["--precision", "nvfp4", "--keep", "bf16", "--groups", "heads"], "invalid choice"),
-        (["--precision", "mxfp4", "--keep", "bf16"], "make it with: python -m harness.quantize"),
+        (["--precision", "nvfp4-a16+autoround", "--keep", "bf16"], "nvfp4-a16+gptq, nvfp4-a16+awq"),
         (["--precision", "nvfp4", "--keep", "fp8-dynamic", "--budget-bits", "4"], "is below what nvfp4 itself takes"),
         (["--precision", "nvfp4", "--keep", "fp8-dynamic", "--confirm-seed", "1"], "give --budget-bits B or --margin"),
         (["--precision", "nvfp4", "--keep", "fp8-dynamic", "--margin", "2"], "between 0 and 1 (0.02: two points)"),
