@@ -166,7 +166,7 @@ def record_rounding(run_dir: RunDir | None, variant: Variant) -> None:
     """How a quantized variant's weights were rounded, into run.json: the method, and the settings the checkpoint's
     note records (harness.quantize's), else the ones numprec makes it with."""
     precision = variant.precision
-    if run_dir is None or not precision.prequantized or precision.rounding not in ROUNDINGS:
+    if run_dir is None or not precision.prequantized:
         return
     checkpoint = variant.weights.checkpoint if variant.weights else None
     recorded = checkpoint.provenance.get("rounding_settings") if checkpoint else None

@@ -199,7 +199,7 @@ def quantize(
     network = AutoModelForCausalLM.from_pretrained(source, dtype=getattr(torch, calibration))
     texts = calibration_texts(tokenizer, samples, seed) if recipe_file or calibrates(precision) else []
     made = recipe_file.read_text(encoding="utf-8") if recipe_file else recipe(precision, group_size)
-    rounding = read_recipe(made, str(recipe_file or out)).rounding
+    rounding = precision.rounding if precision else read_recipe(made, str(recipe_file)).rounding
     data = {}
     if texts:
         dataset = Dataset.from_dict(tokenizer(texts, add_special_tokens=False))

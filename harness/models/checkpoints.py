@@ -13,7 +13,8 @@ from pathlib import Path
 from harness.core.errors import UserError
 from harness.core.files import read_json
 from harness.models.formats import check_declared, declared_precision
-from harness.models.mix import Mix, read_mix, recorded_recipes, recorded_rounding
+from harness.models.mix import Mix, read_mix
+from harness.models.recipe_files import recorded_recipes, recorded_rounding
 from harness.models.registry import W4_PRECISIONS, PrecisionSpec, rounded_name
 from harness.models.stored_bits import read_safetensors_header
 

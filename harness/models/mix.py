@@ -24,9 +24,8 @@ from pathlib import Path
 
 from harness.core.errors import UserError, one_line
 from harness.models.formats import registry_layout
-from harness.models.recipe_files import read_recipe
+from harness.models.recipe_files import Recipe
 from harness.models.registry import ModelSpec, PrecisionSpec, get_precision, rounded_name
-from harness.models.rounding import ROUNDINGS
 from harness.models.stored_bits import layer_bits
 
 UNQUANTIZED = "unquantized"  # a layer no config group targets: it stays in the model's dtype
@@ -176,7 +175,7 @@ def read_mix(
     config: Mapping,
     quantization: Mapping,
     tensors: Mapping[str, dict],
-    recipes: list[tuple[str, str]],
+    recipes: list[tuple[str, Recipe | UserError]],
     rounding: str | None,
 ) -> Mix | None:
     """The mix a compressed-tensors checkpoint holds (``path``: its config.json, quantization_config, tensor
@@ -196,8 +195,8 @@ def read_mix(
         )
     if len({scheme for layer, scheme in schemes.items() if layer != HEAD}) < 2:
         return None
-    for where, text in recipes:
-        _check_recipe(where, text, schemes, modules)
+    for where, recipe in recipes:
+        _check_recipe(where, recipe, schemes, modules)
     shapes = {name: tuple(module.weight.shape) for name, module in modules.items() if name != HEAD}
     bits = layer_bits(tensors, list(shapes), shapes)
     weights = sum(rows * columns for rows, columns in shapes.values())
@@ -205,32 +204,9 @@ def read_mix(
     return Mix(schemes, total / weights, rounding)  # type: ignore[arg-type]
 
 
-def recorded_recipes(path: Path, provenance: Mapping) -> list[tuple[str, str]]:
-    """The recipes a checkpoint records, as (where, text): llm-compressor's recipe.yaml, and the text
-    numprec_quantize.json kept."""
-    found = []
-    if (path / "recipe.yaml").is_file():
-        found.append((f"{path}/recipe.yaml", (path / "recipe.yaml").read_text(encoding="utf-8")))
-    kept = provenance.get("recipe_file")
-    if isinstance(kept, str):
-        found.append((f"the recipe {path}/numprec_quantize.json records", kept))
-    return found
-
-
-def recorded_rounding(recipes: list[tuple[str, str]], provenance: Mapping) -> str | None:
-    """How a checkpoint's weights were rounded, as the first recipe numprec reads says (or harness.quantize's note,
-    for a checkpoint without one); None where nothing says."""
-    for where, text in recipes:
-        try:
-            return read_recipe(text, where).rounding
-        except UserError:
-            continue
-    rounding = provenance.get("rounding")
-    return rounding if isinstance(rounding, str) and rounding in ROUNDINGS else None
-
-
-def _check_recipe(where: str, text: str, schemes: Mapping, modules: Mapping) -> None:
-    recipe = read_recipe(text, where)
+def _check_recipe(where: str, recipe: Recipe | UserError, schemes: Mapping, modules: Mapping) -> None:
+    if isinstance(recipe, UserError):
+        raise recipe
     asked = layer_schemes(recipe.quantization, modules, where)
     differ = sorted(layer for layer in schemes if asked.get(layer) != schemes[layer])
     if differ:

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import yaml
 
@@ -140,8 +141,34 @@ def read_recipe(text: str, where: str) -> Recipe:
         raise UserError(
             f"{where}: numprec reads recipes of {readable}, not {' + '.join(names)}; write the recipe with one of these"
         )
-    quantizing = [arguments for _, arguments in modifiers if _groups(arguments)]
-    groups = _groups(quantizing[-1]) if quantizing else {}
+    quantizing = [(arguments, groups) for _, arguments in modifiers if (groups := _groups(arguments))]
+    arguments, groups = quantizing[-1] if quantizing else ({}, {})
     if not groups or not all(isinstance(group, Mapping) and group.get("targets") for group in groups.values()):
         raise UserError(f"{where}: its {names[-1]} gives no config groups with targets; name the layers it quantizes")
-    return Recipe(names, rounding, {"config_groups": groups, "ignore": list(quantizing[-1].get("ignore") or [])})
+    return Recipe(names, rounding, {"config_groups": groups, "ignore": list(arguments.get("ignore") or [])})
+
+
+def recorded_recipes(path: Path, provenance: Mapping) -> list[tuple[str, Recipe | UserError]]:
+    """The recipes a checkpoint records, each read once, as (where, the recipe or why numprec cannot read it):
+    llm-compressor's recipe.yaml, and the text numprec_quantize.json kept."""
+    texts = []
+    if (path / "recipe.yaml").is_file():
+        texts.append((f"{path}/recipe.yaml", (path / "recipe.yaml").read_text(encoding="utf-8")))
+    kept = provenance.get("recipe_file")
+    if isinstance(kept, str):
+        texts.append((f"the recipe {path}/numprec_quantize.json records", kept))
+    found: list[tuple[str, Recipe | UserError]] = []
+    for where, text in texts:
+        try:
+            found.append((where, read_recipe(text, where)))
+        except UserError as err:  # said where a mix's layers are checked against it; a uniform checkpoint needs none
+            found.append((where, err))
+    return found
+
+
+def recorded_rounding(recipes: list[tuple[str, Recipe | UserError]], provenance: Mapping) -> str | None:
+    """How a checkpoint's weights were rounded, as the first recipe numprec reads says (or harness.quantize's note,
+    for a checkpoint without one); None where nothing says."""
+    read = [recipe.rounding for _, recipe in recipes if isinstance(recipe, Recipe)]
+    rounding = read[0] if read else provenance.get("rounding")
+    return rounding if isinstance(rounding, str) and rounding in ROUNDINGS else None

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Annotated, Literal
 
 import yaml
-from pydantic import ConfigDict, Field, ValidationError, field_validator
+from pydantic import ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from harness.core.configfiles import StrictModel, validation_message
 from harness.core.errors import UserError
@@ -125,6 +125,12 @@ class PrecisionSpec(Frozen):
     mix: str = ""
     layer_formats: tuple[tuple[str, str], ...] = ()
 
+    @model_validator(mode="before")
+    @classmethod
+    def _own_format(cls, data):
+        """A registry precision is the format of its own name (a rounding's or a KV cache's copy keeps it)."""
+        return {"format": data.get("name", ""), **data} if isinstance(data, dict) else data
+
     @field_validator("rounding", "roundings")
     @classmethod
     def _registered(cls, value):
@@ -137,6 +143,10 @@ class PrecisionSpec(Frozen):
     def weights_name(self) -> str:
         """The precision's name without its KV cache: what a checkpoint of it is made and found as."""
         return self.name.removesuffix(KV_FP8)
+
+    def takes(self, method: str | None) -> bool:
+        """Whether harness.quantize rounds this format by ``method`` (None: its own)."""
+        return method is None or method == self.rounding or method in self.roundings
 
     @property
     def names_rounding(self) -> bool:
@@ -169,9 +179,7 @@ def _named(file: str, wrapper: type[StrictModel], field: str) -> dict:
     path = Path(str(resources.files("harness").joinpath(file)))
     raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
     try:
-        own = {"format"} if field == "precisions" else set()  # a registry precision is a format of its own name
-        named = {name: {"name": name, **dict.fromkeys(own, name), **entry} for name, entry in raw.items()}
-        return getattr(wrapper(**{field: named}), field)
+        return getattr(wrapper(**{field: {name: {"name": name, **entry} for name, entry in raw.items()}}), field)
     except ValidationError as err:
         raise UserError(f"{path}: {validation_message(err, wrapper)}") from None
 
@@ -237,7 +245,7 @@ def known_precision(name: str) -> bool:
     """A registry precision, with a rounding method its format takes, an fp8 KV cache, or both."""
     fmt, method = split_rounding(name.removesuffix(KV_FP8))
     spec = precision_registry().get(fmt)
-    return spec is not None and (method is None or method == spec.rounding or method in spec.roundings)
+    return spec is not None and spec.takes(method)
 
 
 def with_kv_cache(name: str, kv_cache: str) -> str:
@@ -284,7 +292,7 @@ def with_rounding(precision: PrecisionSpec, method: str | None) -> PrecisionSpec
     the method is the format's own (nvfp4+rtn is nvfp4). A method the format does not take is one line."""
     if method is None or method == precision.rounding:
         return precision
-    if method not in precision.roundings:
+    if not precision.takes(method):
         if not precision.roundings:
             raise UserError(f"{precision.name} is rounded by {precision.rounding} only; ask for {precision.name}")
         takes = ", ".join(f"{precision.name}+{other}" for other in precision.roundings)

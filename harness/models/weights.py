@@ -152,13 +152,13 @@ def made_checkpoint(model: ModelSpec, precision: PrecisionSpec, path: Path) -> s
     environment, its progress shown) where harness.eval finds it, once: a second process waits for the first's."""
     from filelock import FileLock
 
-    command = quantize_command(model, precision)
+    arguments = quantize_arguments(model, precision)
     path.parent.mkdir(parents=True, exist_ok=True)
     with FileLock(str(path) + ".lock"):
         if not (path / "config.json").is_file():
+            command = " ".join(["python", "-m", *arguments])
             print(f"making the {precision.weights_name} checkpoint of {model.name} (once): {command}", file=sys.stderr)
-            argv = [sys.executable, "-m", *command.split()[2:]]
-            if subprocess.run(argv, stdout=sys.stderr, check=False).returncode:
+            if subprocess.run([sys.executable, "-m", *arguments], stdout=sys.stderr, check=False).returncode:
                 raise UserError(f"could not make {path} (harness.quantize said why above); fix that and run again")
     checkpoint = read_checkpoint(path)
     check_quantized_checkpoint(checkpoint, precision)
@@ -208,12 +208,12 @@ def _group_tag(precision: PrecisionSpec) -> str:
     return f"-g{precision.group_size}" if precision.group_adjustable else ""
 
 
-def quantize_command(model: ModelSpec, precision: PrecisionSpec) -> str:
-    """The harness.quantize command that makes ``precision``'s checkpoint of ``model`` where harness.eval finds it."""
-    command = f"python -m harness.quantize --model {model.name} {quantize_flag(precision)}"
+def quantize_arguments(model: ModelSpec, precision: PrecisionSpec) -> list[str]:
+    """``python -m`` and these make ``precision``'s checkpoint of ``model`` where harness.eval finds it."""
+    arguments = ["harness.quantize", "--model", model.name, *quantize_flag(precision).split()]
     if precision.method == "compressed":
-        return command
-    return f"{command} --bits {precision.weight_bits} --group-size {precision.group_size}"
+        return arguments
+    return [*arguments, "--bits", str(precision.weight_bits), "--group-size", str(precision.group_size)]
 
 
 def check_adapter_dir(path: Path, base: Callable[[], Checkpoint] | None = None) -> None:
