@@ -137,29 +137,39 @@ def paired_comparisons(samples: Sequence[dict], series_of, task_of) -> list[Comp
     pairs pooled over the seeds). ``series_of(sample)`` and ``task_of(sample)`` name a sample's series and task
     label. Problems are matched by cell, seed and index, and only where both series asked the same expression (a
     check, since the same seed gives the same problems)."""
-    correct: dict[str, dict[tuple, tuple[str, bool]]] = {}
-    for sample in samples:
-        key = (task_of(sample), int(sample["base"]), int(sample["length"]), int(sample.get("seed", 0)))
-        key += (int(sample["index"]),)
-        correct.setdefault(series_of(sample), {})[key] = (sample["expression"], bool(sample["correct"]))
+    correct = answers_by_series(samples, series_of, task_of)
     names = list(correct)
     results: list[Comparison] = []
     for later, variant in enumerate(names):
         for baseline in names[:later]:
-            results += _pair(correct[baseline], correct[variant], baseline, variant)
+            results += pair_cells(correct[baseline], correct[variant], baseline, variant)
     return holm_adjusted(results)
+
+
+Answers = dict[tuple, tuple[str, bool]]  # (task, base, length, seed, index) -> (expression, correct)
+
+
+def answers_by_series(samples: Sequence[dict], series_of, task_of) -> dict[str, Answers]:
+    """Each series' verdicts by problem, the expression beside each (the check that two series asked the same)."""
+    correct: dict[str, Answers] = {}
+    for sample in samples:
+        key = (task_of(sample), int(sample["base"]), int(sample["length"]), int(sample.get("seed", 0)))
+        key += (int(sample["index"]),)
+        correct.setdefault(series_of(sample), {})[key] = (sample["expression"], bool(sample["correct"]))
+    return correct
 
 
 Compared = TypeVar("Compared")  # a comparison dataclass: baseline, p_value, p_holm, family
 
 
-def holm_adjusted(comparisons: list[Compared]) -> list[Compared]:
-    """Each comparison with its Holm-adjusted p-value over its family (the comparisons with the same baseline): the
-    i-th smallest of m p-values times (m - i + 1), kept monotone, capped at 1. Any dataclass with baseline, p_value,
-    p_holm and family fields (the accuracy comparisons here, the length comparisons of harness/reports/lengths.py)."""
+def holm_adjusted(comparisons: list[Compared], family=lambda comparison: comparison.baseline) -> list[Compared]:
+    """Each comparison with its Holm-adjusted p-value over its family (by default the comparisons with the same
+    baseline; ``family`` names another): the i-th smallest of m p-values times (m - i + 1), kept monotone, capped at
+    1. Any dataclass with baseline, p_value, p_holm and family fields (the accuracy comparisons here, the length
+    comparisons of harness/reports/lengths.py)."""
     families: dict[str, list[int]] = {}
     for index, comparison in enumerate(comparisons):
-        families.setdefault(comparison.baseline, []).append(index)
+        families.setdefault(family(comparison), []).append(index)
     adjusted = list(comparisons)
     for members in families.values():
         order = sorted(members, key=lambda index: comparisons[index].p_value)
@@ -170,8 +180,9 @@ def holm_adjusted(comparisons: list[Compared]) -> list[Compared]:
     return adjusted
 
 
-def _pair(reference_answers: dict, variant_answers: dict, baseline: str, variant: str) -> list[Comparison]:
-    """Per cell, then pooled per task (where the task has more than one cell)."""
+def pair_cells(reference_answers: Answers, variant_answers: Answers, baseline: str, variant: str) -> list[Comparison]:
+    """Two series' verdicts paired on the problems both asked alike: per cell, then pooled per task (where the task
+    has more than one cell)."""
     cells: dict[tuple, list[tuple[bool, bool]]] = {}
     for key, (expression, right) in variant_answers.items():
         reference = reference_answers.get(key)
