@@ -43,11 +43,19 @@ from harness.core.errors import UserError
 from harness.core.files import follow_umask, move_aside
 from harness.core.lock import DirectoryLock
 from harness.core.paths import QUANTIZE_ENV
-from harness.models import KV_FP8, W4_PRECISIONS, ModelSpec, PrecisionSpec, get_model, get_precision, precision_registry
+from harness.models import (
+    W4_PRECISIONS,
+    ModelSpec,
+    PrecisionSpec,
+    get_model,
+    get_precision,
+    named_rounding,
+    precision_registry,
+)
 from harness.models.autoawq import require_gptqmodel
 from harness.models.checkpoints import check_unquantized, read_checkpoint
 from harness.models.recipe_files import read_recipe, recipe_text
-from harness.models.rounding import ROUNDINGS, split_rounding
+from harness.models.rounding import ROUNDINGS
 from harness.models.weights import quantized_dir, resolve_weights
 from harness.questions.problems import HELD_OUT_COUNT, TRAINING_LENGTHS, heldout_problems, parse_task
 from harness.questions.prompts import user_message
@@ -365,13 +373,7 @@ def checked_settings(args) -> tuple[ModelSpec, PrecisionSpec, int, str | None, P
     model = get_model(args.model)
     if args.method and args.rounding:
         raise UserError(f"--method {args.method} is its rounding already; leave out --rounding, or use --precision")
-    name = args.precision or W4_PRECISIONS[args.method]
-    if args.rounding:
-        fmt, named = split_rounding(name.removesuffix(KV_FP8))
-        if named:
-            raise UserError(f"--precision {name} names its rounding already ({named}); leave out --rounding")
-        name = f"{fmt}+{args.rounding}"
-    precision = get_precision(model, name)
+    precision = get_precision(model, named_rounding(args.precision or W4_PRECISIONS[args.method], args.rounding))
     if args.samples is None:
         # NVFP4's global scales and SmoothQuant's smoothing settle on few problems (256 took 199 s and 526 s here);
         # a named rounding method reads the inputs (GPTQ, AWQ, AutoRound) on more

@@ -77,6 +77,16 @@ def move_aside(path: Path) -> Path:
     return aside
 
 
+def replace_text(path: Path, text: str) -> Path | None:
+    """Write ``text`` to ``path``; a file there that holds other text is moved aside first (where it went is
+    returned, for the command to say), one that holds the same is left as it is."""
+    if os.path.isfile(path) and not os.path.islink(path) and Path(path).read_text(encoding="utf-8") == text:
+        return None
+    aside = move_aside(path) if os.path.lexists(path) else None
+    atomic_write_text(path, text)
+    return aside
+
+
 def append_lines(path: Path, lines: Iterable[str]) -> None:
     """Append ``lines`` (each ending in a newline) to ``path``, flushed and synced before returning. A last line cut
     short by a crash is finished first with a newline, so that it stays one damaged line and the new ones whole."""

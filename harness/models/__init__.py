@@ -32,6 +32,7 @@ from harness.models.registry import (
     held_out,
     known_precision,
     model_registry,
+    named_rounding,
     precision_registry,
     tokenizer_model,
     with_kv_cache,
@@ -57,6 +58,7 @@ __all__ = [
     "get_model",
     "tokenizer_model",
     "get_precision",
+    "named_rounding",
     "known_precision",
     "with_kv_cache",
 ]

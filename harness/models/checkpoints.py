@@ -5,6 +5,7 @@ AWQ). Everything a user can get wrong here is one line saying what to do."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -196,3 +197,20 @@ def check_unquantized(checkpoint: Checkpoint | None) -> None:
         raise UserError(
             f"--model-path {checkpoint.path} is a quantized checkpoint; evaluate it with --precision {which}"
         )
+
+
+DIGESTED = ("*.safetensors", "config.json", "tokenizer*.json", "*.jinja")  # what a checkpoint computes with
+
+
+def checkpoint_digest(path: str | Path) -> str:
+    """A digest of what a checkpoint directory computes with: its weights, config, tokenizer and chat template (not
+    the notes beside them). Two directories of one name made at other times, or by other code, differ in it; a result
+    computed from one is not the other's."""
+    digest = hashlib.sha256()
+    files = sorted({found for pattern in DIGESTED for found in Path(path).glob(pattern) if found.is_file()})
+    for found in files:
+        digest.update(found.name.encode() + b"\0")
+        with open(found, "rb") as handle:
+            while chunk := handle.read(1 << 22):
+                digest.update(chunk)
+    return digest.hexdigest()[:16]

@@ -287,6 +287,21 @@ def rounded_name(fmt: str, rounding: str | None) -> str:
     return fmt if rounding is None or spec is None or rounding == spec.rounding else f"{fmt}+{rounding}"
 
 
+def named_rounding(name: str, rounding: str | None) -> str:
+    """A precision's name as a command's --precision NAME --rounding METHOD gives it: FORMAT+METHOD; a name that
+    names its rounding already, given another, is one line.
+
+    >>> named_rounding("nvfp4", "gptq"), named_rounding("nvfp4+kv-fp8", "awq"), named_rounding("nvfp4+gptq", None)
+    ('nvfp4+gptq', 'nvfp4+awq+kv-fp8', 'nvfp4+gptq')
+    """
+    if rounding is None:
+        return name
+    fmt, named = split_rounding(name.removesuffix(KV_FP8))
+    if named:
+        raise UserError(f"--precision {name} names its rounding already ({named}); leave out --rounding")
+    return f"{fmt}+{rounding}" + (KV_FP8 if name.endswith(KV_FP8) else "")
+
+
 def with_rounding(precision: PrecisionSpec, method: str | None) -> PrecisionSpec:
     """``precision`` (a registry format) with its weights rounded by ``method``; named FORMAT+METHOD, or FORMAT where
     the method is the format's own (nvfp4+rtn is nvfp4). A method the format does not take is one line."""
