@@ -13,36 +13,41 @@ and sensitivity.json (what the table was computed for, each phase's time, the la
 
 from __future__ import annotations
 
+import hashlib
 import json
 import sys
 import time
 from argparse import ArgumentTypeError
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
-import torch
 from tqdm import tqdm
 
 from harness.backends.hf import HFBackend
-from harness.core.bounds import SAMPLES, SEED
+from harness.core.bounds import SAMPLES, SEARCH_GROUPS, SEED
 from harness.core.cli import ArgParser, int_list, invocation, name_list, output_dir, run
 from harness.core.errors import UserError
-from harness.core.files import atomic_write_bytes, atomic_write_text, read_json
+from harness.core.files import atomic_write_bytes, atomic_write_text, read_json, replace_text
 from harness.core.machine import describe
-from harness.models import PrecisionSpec, get_model, get_precision
+from harness.models import get_model, get_precision, named_rounding
+from harness.models.checkpoints import checkpoint_digest
+from harness.models.rounding import ROUNDINGS
 from harness.models.weights import variant_weights
 from harness.questions.problems import HELD_OUT_COUNT, generate, heldout_problems, parse_task
-from harness.recipes.bits import mean_bits, precision_bits
-from harness.recipes.confirm import equal_bits_variants, paired_table, problems_needed
+from harness.questions.prompts import user_message
+from harness.recipes.bits import MixSpace, mean_bits, precision_bits
+from harness.recipes.confirm import equal_bits_variants, margin_verdicts, paired_table, problems_needed
 from harness.recipes.frontier import frontier_png, recipe_name
 from harness.recipes.groups import GRANULARITIES, groups_of
+from harness.recipes.margin import Margin
+from harness.recipes.mix_scores import MixScores
+from harness.recipes.mix_search import CANDIDATES, Found, MixSearch, no_mix_meets
 from harness.recipes.mixer import Mixer
 from harness.recipes.recipe_file import mix_recipe
-from harness.recipes.search import Choice, choose, fewest, ranked
+from harness.recipes.rules import rules
 from harness.recipes.table import effects, fill_table, heatmap_png, jobs, jobs_left, read_table
 from harness.recipes.teacher import score, teacher_batch
-from harness.runs.compare import comparisons_csv, paired_difference_interval
+from harness.runs.compare import comparisons_csv
 
 RECORD = "sensitivity.json"
 RUNS_ON = ("cast", "compressed")  # what the transformers backend loads layer by layer
@@ -52,6 +57,10 @@ def parser() -> ArgParser:
     parser = ArgParser(prog="python -m harness.sensitivity", description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", default="smollm2-arith", help="a registry model (default smollm2-arith)")
     parser.add_argument("--precision", required=True, help="the target format, e.g. nvfp4, mxfp4, w4a8")
+    parser.add_argument(
+        "--rounding", choices=list(ROUNDINGS), metavar="METHOD", help=f"how the target's weights are rounded: "
+        f"{', '.join(ROUNDINGS)} (default: the format's own; or --precision nvfp4+gptq)",
+    )  # fmt: skip
     parser.add_argument("--keep", required=True, help="the higher precision a group keeps, e.g. fp8-dynamic, bf16")
     parser.add_argument("--tasks", type=name_list, default=["add"], help="tasks scored (default add)")
     parser.add_argument("--lengths", type=int_list, default=[3], help="operand lengths (default 3)")
@@ -67,9 +76,13 @@ def parser() -> ArgParser:
         "this difference of fp32's on the search problems (0.02: two points)",
     )  # fmt: skip
     parser.add_argument(
-        "--rank", choices=list(RANKINGS), default="restore-one", help="the scoring a recipe ranks groups by: "
-        "restore one's gain (default) or quantize one's cost (where the target is far off, restoring one group "
-        "alone barely moves it)",
+        "--rank", choices=list(RANKINGS), default="restore-one", help="the scoring the search takes its candidate "
+        "groups by: restore one's gain (default) or quantize one's cost (where the target is far off, restoring one "
+        "group alone barely moves it)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--candidates", type=SEARCH_GROUPS.arg, default=CANDIDATES, help="the table's top groups each step of the "
+        f"search tries beside the rules (default {CANDIDATES})",
     )  # fmt: skip
     parser.add_argument(
         "--confirm-seed", type=SEED.arg, help="confirm the recipe on this seed's evaluation problems (paired vs fp32)"
@@ -116,7 +129,7 @@ def search_key(args, model, target, keep, checkpoints: dict) -> dict:
     return {
         "model": model.name, "precision": target.name, "keep": keep.name, "tasks": args.tasks,
         "lengths": args.lengths, "samples": args.samples, "seed": args.seed, "groups": args.groups,
-        "checkpoints": checkpoints,
+        "checkpoints": checkpoints, "prompts": prompts_digest(problems_of(args)),
     }  # fmt: skip
 
 
@@ -137,6 +150,12 @@ def check_out(out: Path, key: dict) -> dict:
     return record
 
 
+def prompts_digest(problems: list) -> str:
+    """A digest of the search's user messages and answers: problems or prompts changed since are another table."""
+    text = json.dumps([(label, user_message(problem), problem.answer) for label, problem in problems])
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
 def problems_of(args) -> list:
     """The calibration stream's problems of every task and length (never among the evaluation's first
     HELD_OUT_COUNT)."""
@@ -154,10 +173,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.confirm_seed is not None and args.budget_bits is None and args.margin is None:
         raise UserError("--confirm-seed confirms a recipe: give --budget-bits B or --margin D as well")
     model = get_model(args.model)
-    target, keep = get_precision(model, args.precision), get_precision(model, args.keep)
+    target = get_precision(model, named_rounding(args.precision, args.rounding))
+    keep = get_precision(model, args.keep)
     check_precisions(model, target, keep)
     weights = {precision.name: variant_weights(model, precision) for precision in (target, keep)}
-    checkpoints = {name: Path(path).name for name, path in weights.items()}
+    # a checkpoint by its contents: a table of a checkpoint since made again (other code, other calibration) is
+    # another table, never reused as this one's
+    checkpoints = {name: f"{Path(path).name} {checkpoint_digest(path)}" for name, path in weights.items()}
     key = search_key(args, model, target, keep, checkpoints)
     record = check_out(args.out, key)
     phases: dict[str, float] = dict(record.get("phases", {}))
@@ -211,8 +233,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     atomic_write_text(args.out / RECORD, json.dumps(own, indent=1) + "\n")
     say(rows, phases, summary, args.out)
     if args.budget_bits is not None or args.margin is not None:
-        mix = Mix(model.name, target, keep, [layer for layer in quantized if layer in bits[keep.name]], shapes, bits)
-        made = write_recipe(args, mix, mixer, groups, rows, batch)
+        layers = tuple(layer for layer in quantized if layer in bits[keep.name])
+        members = {group.name: tuple(layer for layer in group.layers if layer in layers) for group in groups}
+        space = MixSpace(target.name, keep.name, layers, shapes, bits, members)
+        made = write_recipe(args, model.name, space, (target, keep), mixer, groups, rows, batch)
         own["recipes"] = {**record.get("recipes", {}), made["name"]: made}
         if any(recipe.get("confirmed") for recipe in own["recipes"].values()):
             title = f"{model.name}: mixes of {target.name} and {keep.name}, confirmed against fp32"
@@ -221,64 +245,86 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
-@dataclass(frozen=True)
-class Mix:
-    """What a recipe mixes: the model, the two precisions, the layers the target quantizes, their shapes and each
-    precision's stored bits a layer."""
-
-    model: str
-    target: PrecisionSpec
-    keep: PrecisionSpec
-    layers: list[str]
-    shapes: dict
-    bits: dict
-
-
-def write_recipe(args, mix: Mix, mixer: Mixer, groups: list, rows: list[dict], batch) -> dict:
-    """The groups to keep within --budget-bits, or the fewest bits within --margin of fp32 (harness/recipes/search.py),
-    the mix scored as a whole on the search's problems, and the llm-compressor recipe that makes it
+def write_recipe(args, model: str, space: MixSpace, precisions: tuple, mixer: Mixer, groups: list, rows: list, batch):
+    """The best mix within --budget-bits, or the fewest bits within --margin of fp32, searched on the whole mix
+    (harness/recipes/mix_search.py) on the search's problems, and the llm-compressor recipe that makes it
     (recipe-Bbits.yaml, recipe-margin-D.yaml)."""
-    members = {group.name: [layer for layer in group.layers if layer in mix.layers] for group in groups}
-    found = effects(rows)
+    target, keep = precisions
     field, said = RANKINGS[args.rank]
-    gains = {name: values[field] for name, values in found.items()}
-    target_bits, keep_bits = mix.bits[mix.target.name], mix.bits[mix.keep.name]
+    gains = {name: values[field] for name, values in effects(rows).items()}
     wanted = args.margin is not None or args.confirm_seed is not None
-    reference = reference_model(mix.model) if wanted else None  # fp32, loaded once for the search and confirmation
-    if args.margin is None:
-        choice = choose(members, gains, target_bits, keep_bits, mix.shapes, args.budget_bits)
-        name, how = f"{args.budget_bits:g}bits", f"within {args.budget_bits:g} bits"
-    else:
-        order = ranked(members, gains, target_bits, keep_bits, mix.shapes)
-        choice = margin_choice(args, mix, mixer, members, order, batch, reference)
-        name, how = f"margin-{args.margin:g}", f"as the fewest bits within --margin {args.margin} of fp32"
+    reference = reference_model(model) if wanted else None  # fp32, loaded once for the search and confirmation
+    started = time.perf_counter()
+    with tqdm(desc="scoring mixes whole", unit="mix", leave=False, file=sys.stderr) as bar:
+        mixes = MixScores(mixer, batch, _pad(mixer), lambda: bar.update())
+        search = MixSearch(space, mixes, rules(groups), gains, args.candidates)
+        if args.margin is None:
+            found = search.within(args.budget_bits)
+            name, how = f"{args.budget_bits:g}bits", f"within {args.budget_bits:g} bits"
+        else:
+            found = margin_found(args, search, batch, reference)
+            name, how = f"margin-{args.margin:g}", f"as the fewest bits within --margin {args.margin} of fp32"
     name = recipe_name(name, args.rank)
-    kept = [layer for group in choice.kept for layer in members[group]]
-    mixer.use(kept)
-    scores = score(mixer.model, batch, _pad(mixer))
-    mixer.use(())
-    exact, logprob = scores.exact.double().mean().item(), scores.logprob.mean().item()
+    kept = space.layers_of(found.kept)
+    rule = f"; the best rule within its bits, {found.best_rule[0]}: exact {found.best_rule[2].exact:.3f}" if (
+        found.best_rule) else "; no rule fits its bits"  # fmt: skip
     note = (
-        f"numprec recipe: {mix.model} at {mix.target.name}, {len(choice.kept)} groups ({len(kept)} of "
-        f"{len(mix.layers)} layers) at {mix.keep.name}: {choice.bits:.3f} bits a weight of the quantized layers\n"
-        f"chosen by harness.sensitivity {how} from {said} on seed "
-        f"{args.seed}'s calibration problems ({', '.join(args.tasks)}; n {args.lengths}; {args.samples} a cell)\n"
-        f"on those problems: exact {exact:.3f}, answer log-prob {logprob:.3f}; not yet confirmed on fresh problems\n"
-        f"kept: {', '.join(choice.kept) or 'none'}"
+        f"numprec recipe: {model} at {target.name}, {len(found.kept)} groups ({len(kept)} of {len(space.layers)} "
+        f"layers) at {keep.name}: {found.bits:.3f} bits a weight of the quantized layers\n"
+        f"chosen by harness.sensitivity {how}, the mix scored whole ({found.scored} mixes; rules and the top "
+        f"{args.candidates} groups by {said}) on seed {args.seed}'s calibration problems ({', '.join(args.tasks)}; "
+        f"n {args.lengths}; {args.samples} a cell); found by the {found.source}\n"
+        f"on those problems: exact {found.point.exact:.3f}, answer log-prob {found.point.logprob:.3f}{rule}; not yet "
+        f"confirmed on fresh problems\nkept: {', '.join(found.kept) or 'none'}"
     )
-    ignore = [layer for layer in mixer.layers if layer not in mix.layers]
-    target_layers = [layer for layer in mix.layers if layer not in set(kept)]
-    text = mix_recipe(mix.target, mix.keep, target_layers, kept, ignore, note)
     path = args.out / f"recipe-{name}.yaml"
-    atomic_write_text(path, text)
-    print(f"recipe {how}: keep {named(choice.kept, len(members))} at {mix.keep.name}")
-    print(f"  {choice.bits:.3f} bits a weight; on the search problems exact {exact:.3f}, log-prob {logprob:.3f}")
+    write_mix(path, space, precisions, mixer.layers, found.kept, note)
+    print(f"recipe {how}: keep {named(list(found.kept), len(space.members))} at {keep.name} ({found.source})")
+    print(f"  {found.bits:.3f} bits a weight; on the search problems exact {found.point.exact:.3f}, log-prob "
+          f"{found.point.logprob:.3f} ({found.scored} mixes scored){rule}")  # fmt: skip
     print(f"wrote {path}")
-    made = {"name": name, "kept": choice.kept, "layers": len(kept), "bits": choice.bits, "exact": exact,
-            "logprob": logprob, "file": path.name}  # fmt: skip
+    made = {"name": name, "kept": list(found.kept), "layers": len(kept), "bits": found.bits,
+            "exact": found.point.exact, "logprob": found.point.logprob, "file": path.name, "source": found.source,
+            "scored": found.scored, "best_rule": best_rule_record(space, found),
+            "seconds": round(time.perf_counter() - started, 1)}  # fmt: skip
+    if made["best_rule"] is not None and set(found.best_rule[1]) != set(found.kept):
+        # the simple alternative a frontier pairs the recipe against, as a checkpoint of its own
+        rule_name, groups, _ = found.best_rule
+        rule_path = args.out / f"recipe-{name}-rule.yaml"
+        rule_note = (
+            f"numprec recipe: {model} at {target.name}, the rule {rule_name!r} at {keep.name}: "
+            f"{space.bits(groups):.3f} bits a weight of the quantized layers\nthe best rule within "
+            f"{found.bits:.3f} bits on seed {args.seed}'s calibration problems, beside recipe-{name}.yaml"
+        )
+        write_mix(rule_path, space, precisions, mixer.layers, groups, rule_note)
+        made["best_rule"]["file"] = rule_path.name
     if args.confirm_seed is not None:
-        made["confirmed"] = confirm_recipe(args, mix, mixer, members, found, (choice, name), reference)
+        made["confirmed"] = confirm_recipe(args, space, search, found, name, reference, effects(rows))
     return made
+
+
+def write_mix(path: Path, space: MixSpace, precisions: tuple, every: Sequence[str], kept: Sequence[str], note: str):
+    """The llm-compressor recipe keeping ``kept`` (groups) at KEEP, every other layer the target quantizes at TARGET,
+    the rest of ``every`` layer left as the target leaves it; a differing earlier file moved aside."""
+    target, keep = precisions
+    held = space.layers_of(kept)
+    ignore = [layer for layer in every if layer not in space.layers]
+    target_layers = [layer for layer in space.layers if layer not in set(held)]
+    moved(path, replace_text(path, mix_recipe(target, keep, target_layers, held, ignore, note)))
+
+
+def moved(path: Path, aside: Path | None) -> None:
+    """Say where the file a recipe of the same name wrote before went."""
+    if aside is not None:
+        print(f"moved the previous {path.name} aside to {aside.name}")
+
+
+def best_rule_record(space: MixSpace, found: Found) -> dict | None:
+    """The best rule within the recipe's bits, as sensitivity.json records it."""
+    if found.best_rule is None:
+        return None
+    name, kept, point = found.best_rule
+    return {"name": name, "kept": list(kept), "bits": space.bits(kept), "exact": point.exact, "logprob": point.logprob}
 
 
 def named(kept: list[str], groups: int) -> str:
@@ -296,56 +342,22 @@ def named(kept: list[str], groups: int) -> str:
     return f"{', '.join(kept[:12])} and {len(kept) - 12} more ({len(kept)} groups)"
 
 
-def margin_choice(args, mix: Mix, mixer: Mixer, members: dict, order: list[str], batch, fp32: HFBackend) -> Choice:
-    """The fewest bits whose exact match stays within --margin of fp32's in every cell of the longest length, on the
-    search problems: the prefixes of the budget's order (and every group kept, last) bisected, each mix scored
-    whole. None meeting it is one line naming the best found; the problems a confirmation needs are said."""
-    longest = max(args.lengths)
-    cells = [cell for cell in dict.fromkeys(batch.cells) if cell[1] == longest]
-    rows_of = {cell: [index for index, found in enumerate(batch.cells) if found == cell] for cell in cells}
-    reference = score(fp32.model, batch, _pad(mixer)).exact
-    candidates = [order[:count] for count in range(len(order) + 1)]
-    if set(order) != set(members):
-        candidates.append(list(members))
-    seen: dict[int, torch.Tensor] = {}
-
-    def exact_of(index: int) -> torch.Tensor:
-        if index not in seen:
-            mixer.use([layer for group in candidates[index] for layer in members[group]])
-            seen[index] = score(mixer.model, batch, _pad(mixer)).exact
-            mixer.use(())
-        return seen[index]
-
-    def shortfall(hits: torch.Tensor) -> float:  # the most any longest cell falls below fp32's exact match
-        return max(float(reference[rows].double().mean() - hits[rows].double().mean()) for rows in rows_of.values())
-
-    index = fewest(range(len(candidates)), lambda index: shortfall(exact_of(index)) <= args.margin + 1e-12)
-    bits = lambda names: bits_of(mix, members, names)  # noqa: E731
-    if index is None:
-        best = min(seen, key=lambda index: shortfall(seen[index]))
-        raise UserError(
-            f"no mix of {mix.target.name} and {mix.keep.name} keeps exact match at n={longest} within {args.margin} "
-            f"of fp32 on the search's {args.samples} problems a cell: the best found ({len(candidates[best])} groups "
-            f"kept, {bits(candidates[best]):.2f} bits) falls {shortfall(seen[best]):.3f} short; give a larger --margin "
-            "or a higher --keep"
-        )
-    chosen = exact_of(index)
-    rows = [row for cell_rows in rows_of.values() for row in cell_rows]
-    discordance = float((chosen[rows] != reference[rows]).double().mean())
+def margin_found(args, search: MixSearch, batch, fp32: HFBackend) -> Found:
+    """The fewest bits within --margin of fp32's exact match (harness/recipes/margin.py) on the search problems. None
+    meeting it is one line naming the closest found; the problems a confirmation needs are said."""
+    margin = Margin(args.margin, score(fp32.model, batch, _pad(search.mixes.mixer)).exact, batch.cells)
+    found = search.fewest(lambda scores: margin.meets(scores.exact), search.space.bits(search.space.members))
+    if found is None:
+        closest = search.closest(lambda scores: margin.shortfall(scores.exact))
+        raise no_mix_meets(search.space, args.margin, margin.longest, args.samples, closest)
+    discordance = margin.discordance(search.scores(found.kept).exact)
     needed = problems_needed(discordance, args.margin) if discordance else 0
     print(
-        f"the fewest bits within {args.margin} of fp32 at n={longest}: {bits(candidates[index]):.3f} ({len(seen)} "
-        f"mixes scored); a {args.margin} margin needs about {needed} paired problems a cell to be tested at the "
+        f"the fewest bits within {args.margin} of fp32 at n={margin.longest}: {found.bits:.3f} ({found.scored} mixes "
+        f"scored); a {args.margin} margin needs about {needed} paired problems a cell to be tested at the "
         f"discordance seen ({discordance:.3f}): confirm with --confirm-seed S --confirm-samples {max(needed, 1)}"
     )
-    return Choice(candidates[index], bits(candidates[index]))
-
-
-def bits_of(mix: Mix, members: dict, names: list[str]) -> float:
-    """The bits a weight of the quantized layers with ``names``'s groups kept."""
-    held = {layer for name in names for layer in members[name]}
-    stored = {layer: mix.bits[(mix.keep if layer in held else mix.target).name][layer] for layer in mix.layers}
-    return mean_bits(stored, mix.shapes, mix.layers)
+    return found
 
 
 def reference_model(model_name: str) -> HFBackend:
@@ -355,11 +367,12 @@ def reference_model(model_name: str) -> HFBackend:
     return HFBackend(variant_weights(model, fp32), fp32)
 
 
-def confirm_recipe(args, mix: Mix, mixer: Mixer, members: dict, found: dict, recipe: tuple, reference) -> dict:
-    """The recipe (its Choice and name), uniform TARGET and KEEP, and the heuristic, random and quantize-one choices
-    at its bits, scored on --confirm-seed's evaluation problems and paired against fp32 (``reference``; see
-    harness/recipes/confirm.py)."""
-    choice, name = recipe
+def confirm_recipe(
+    args, space: MixSpace, search: MixSearch, found: Found, name: str, reference, found_effects: dict
+) -> dict:
+    """The recipe, uniform TARGET and KEEP, the best rule within its bits, the table's choices by either ranking, the
+    heuristic and a random choice at its bits, scored on --confirm-seed's evaluation problems and paired against fp32
+    (``reference``), the recipe also against the best rule and its own ranking's table choice (confirm.py)."""
     problems = [
         (parse_task(label).label, problem)
         for label in args.tasks
@@ -367,37 +380,33 @@ def confirm_recipe(args, mix: Mix, mixer: Mixer, members: dict, found: dict, rec
         for problem in generate(parse_task(label), 10, length, args.confirm_samples, args.confirm_seed)
     ]
     batch = teacher_batch(reference.tokenizer, reference.chat_prompt, problems)
-    target_bits, keep_bits = mix.bits[mix.target.name], mix.bits[mix.keep.name]
-    budget = choice.bits if args.margin is not None else args.budget_bits
-    bits = lambda names: bits_of(mix, members, names)  # noqa: E731
-    other = next(rank for rank in RANKINGS if rank != args.rank)
-    scores = {group: values[RANKINGS[other][0]] for group, values in found.items()}
-    others = equal_bits_variants(
-        members, (other, scores), bits, budget, len(mixer.model.model.layers), args.confirm_seed,
-        lambda gains: choose(members, gains, target_bits, keep_bits, mix.shapes, budget),
-    )  # fmt: skip
-    kept_by = {f"{mix.target.name}": [], f"recipe {choice.bits:.2f} bits": choice.kept, **others,
-               f"{mix.keep.name}": list(members)}  # fmt: skip
-    correct = {"fp32": score(reference.model, batch, _pad(mixer)).exact}
-    for variant, names in kept_by.items():
-        mixer.use([layer for group in names for layer in members[group]])
-        correct[variant] = score(mixer.model, batch, _pad(mixer)).exact
-    mixer.use(())
-    table = paired_table(correct, batch.cells, "fp32")
-    atomic_write_text(args.out / f"confirm-{name}.csv", comparisons_csv(table))
-    return say_confirmed(table, {variant: bits(names) for variant, names in kept_by.items()}, args)
+    budget = found.bits if args.margin is not None else args.budget_bits
+    gains = {rank: {group: values[field] for group, values in found_effects.items()} for rank, (field, _) in
+             RANKINGS.items()}  # fmt: skip
+    kept_by, against = equal_bits_variants(space, found, gains, args.rank, budget, args.confirm_seed)
+    correct = {"fp32": score(reference.model, batch, _pad(search.mixes.mixer)).exact}
+    mixes = MixScores(search.mixes.mixer, batch, _pad(search.mixes.mixer))
+    mixes.base(())  # uniform TARGET, recorded: a variant computes from the first block it keeps
+    for variant, groups in kept_by.items():
+        correct[variant] = mixes.of(space.layers_of(groups)).exact
+    search.mixes.mixer.use(())
+    table = paired_table(correct, batch.cells, "fp32", against)
+    path = args.out / f"confirm-{name}.csv"
+    moved(path, replace_text(path, comparisons_csv(table)))
+    return say_confirmed(table, {variant: space.bits(groups) for variant, groups in kept_by.items()}, args)
 
 
 def say_confirmed(table: list, bits: dict, args) -> dict:
-    """The paired table against fp32, and the problems a 2-point margin would need at the discordance seen."""
-    print(f"confirmed on seed {args.confirm_seed}'s evaluation problems ({args.confirm_samples} a cell), against fp32:")
+    """The paired table (against fp32, and the recipe against the best rule and its ranking's table choice), and the
+    problems a 2-point margin would need at the discordance seen."""
+    print(f"confirmed on seed {args.confirm_seed}'s evaluation problems ({args.confirm_samples} a cell):")
     for row in table:
         print(
             f"  {row.variant:28} {bits.get(row.variant, 0):5.2f} bits  {row.task} n={row.length}: "
-            f"{row.variant_accuracy:.3f} vs {row.baseline_accuracy:.3f}, difference {row.difference:+.3f} "
-            f"[{row.diff_low:+.3f}, {row.diff_high:+.3f}], Holm p {row.p_holm:.3g}"
+            f"{row.variant_accuracy:.3f} vs {row.baseline} {row.baseline_accuracy:.3f}, difference "
+            f"{row.difference:+.3f} [{row.diff_low:+.3f}, {row.diff_high:+.3f}], Holm p {row.p_holm:.3g}"
         )
-    recipe = next(row for row in table if row.variant.startswith("recipe"))
+    recipe = next(row for row in table if row.variant.startswith("recipe") and row.baseline == "fp32")
     discordance = (recipe.only_baseline + recipe.only_variant) / max(1, recipe.n)
     needed = problems_needed(discordance, 0.02) if discordance else 0
     print(
@@ -412,26 +421,9 @@ def say_confirmed(table: list, bits: dict, args) -> dict:
         )
     return {"seed": args.confirm_seed, "samples": args.confirm_samples, "needed_for_2_points": needed,
             "margin": verdicts,
-            "rows": [{"variant": row.variant, "bits": bits.get(row.variant), "accuracy": row.variant_accuracy,
-                      "difference": row.difference, "low": row.diff_low, "high": row.diff_high,
-                      "p_holm": row.p_holm} for row in table]}  # fmt: skip
-
-
-def margin_verdicts(table: list, margin: float, longest: int) -> list[dict]:
-    """Whether the recipe stays within ``margin`` of fp32 in each cell of the longest length: held where the
-    one-sided 95% paired bound (Newcombe's interval at 90%) is above -margin and the sample can test the margin at
-    the discordance it shows; never called held where it cannot."""
-    found = []
-    for row in table:
-        if not row.variant.startswith("recipe") or int(row.length) != longest:
-            continue
-        bound = paired_difference_interval(row.both_correct, row.only_baseline, row.only_variant, row.neither, 0.90)[0]
-        discordance = (row.only_baseline + row.only_variant) / max(1, row.n)
-        needed = problems_needed(discordance, margin) if discordance else 0
-        verdict = "not testable" if row.n < needed else "held" if bound >= -margin else "not held"
-        found.append({"cell": f"{row.task} n={row.length}", "verdict": verdict, "bound": bound, "needed": needed,
-                      "n": row.n})  # fmt: skip
-    return found
+            "rows": [{"variant": row.variant, "baseline": row.baseline, "bits": bits.get(row.variant),
+                      "accuracy": row.variant_accuracy, "difference": row.difference, "low": row.diff_low,
+                      "high": row.diff_high, "p_holm": row.p_holm} for row in table]}  # fmt: skip
 
 
 def _pad(mixer: Mixer) -> int:

@@ -100,6 +100,7 @@ PROBABILITY = Bound(0, below=1, kind=float)
 LEARNING_RATE = Bound(above=0, high=1, why="AdamW diverges long before", kind=float)
 WEIGHT_DECAY = Bound(0, 1, "AdamW multiplies weights by 1 - lr x decay each step", kind=float)
 STEPS = Bound(1, 10_000_000, "the paper trains 100,000 steps")
+SEARCH_GROUPS = Bound(0, 10_000, "groups a search step scores beside the rules; a 70B model has under 400 blocks x 4")
 
 
 def unique(values: Sequence[Any], what: str, error: type[Exception] = UserError) -> list:

@@ -21,9 +21,9 @@ import torch
 
 from harness.core.files import append_lines, csv_line
 from harness.recipes.groups import Group
+from harness.recipes.mix_scores import MixScores
 from harness.recipes.mixer import Mixer
-from harness.recipes.reuse import BlockInputs, recording, replaying
-from harness.recipes.teacher import TeacherBatch, score
+from harness.recipes.teacher import TeacherBatch
 from harness.reports.figures import figure_png
 
 COLUMNS = ["group", "block", "kind", "layers", "scoring", "task", "length", "n", "logprob", "exact"]
@@ -89,31 +89,16 @@ def fill_table(
     advance: Callable[[], None] = lambda: None,
 ) -> None:
     """Score the jobs ``todo`` (jobs_left: those ``table.csv`` lacks), appending each one's rows as it finishes. A
-    group's job computes only the blocks from its own on (harness/recipes/reuse.py): the blocks before it are its
-    uniform model's, recorded when that model scores the problems (again, where a resumed table has its rows)."""
+    group's job computes only the blocks from its own on (harness/recipes/mix_scores.py): the blocks before it are
+    its uniform model's, recorded when that model scores the problems (again, where a resumed table has its rows)."""
     if not path.exists():
         append_lines(path, [csv_line(COLUMNS)])
-    layers = mixer.model.model.layers
+    mixes = MixScores(mixer, batch, pad_id)
     uniform = {"target": frozenset(), "keep": frozenset(mixer.layers)}
-    recorded: dict[str, BlockInputs] = {}
-
-    def scored(kept: frozenset[str], record: str | None = None, base: str | None = None, first: int = 0):
-        mixer.use(kept)
-        if record:
-            with recording(layers) as recorded[record]:
-                return score(mixer.model, batch, pad_id)
-        with replaying(layers, recorded[base], first):
-            return score(mixer.model, batch, pad_id)
-
     for job in todo:
         base = "keep" if job.scoring in ("uniform-keep", "quantize-one") else "target"
-        if job.group is UNIFORM:
-            scores = scored(job.kept, record=base)
-        else:
-            if base not in recorded:
-                scored(uniform[base], record=base)
-            first = len(layers) if job.group.block is None else job.group.block
-            scores = scored(job.kept, base=base, first=first)
+        mixes.base(uniform[base])  # scored once, also where a resumed table holds its rows
+        scores = mixes.of(job.kept)
         append_lines(path, [csv_line(row) for row in cell_rows(job, batch, scores.logprob, scores.exact)])
         advance()
     mixer.use(())

@@ -24,10 +24,13 @@ from harness.core.files import csv_line
 from harness.models import get_model, precision_registry
 from harness.models.recipe_files import read_recipe
 from harness.models.weights import cache_root, quantized_dir
-from harness.questions.problems import generate, parse_task
+from harness.questions.problems import HELD_OUT_COUNT, generate, heldout_problems, parse_task
+from harness.recipes.bits import mean_bits, precision_bits
 from harness.recipes.groups import KINDS, Group, module_groups
+from harness.recipes.mix_scores import MixScores
 from harness.recipes.mixer import Mixer
-from harness.recipes.table import COLUMNS, cell_rows, effects, fill_table, jobs, read_table
+from harness.recipes.rules import rules
+from harness.recipes.table import COLUMNS, cell_rows, fill_table, jobs
 from harness.recipes.teacher import score, teacher_batch
 from tests.harness.commands import command, refused
 from tests.harness.helpers import ROOT, assert_user_error, command_env, needs_quantize_env, run_module
@@ -100,6 +103,50 @@ def test_a_groups_configuration_computes_from_its_block_on_and_scores_as_a_whole
         whole += [csv_line(row) for row in cell_rows(job, batch, scores.logprob, scores.exact)]
     mix.use(())
     assert (tmp_path / "reused.csv").read_text() == "".join(whole)
+
+
+def test_a_mix_computed_from_a_recorded_mix_is_a_whole_pass(mixer):
+    """The search grows mixes from its current one: a mix scored from a recorded mix that is neither uniform model
+    (block 1's down kept) computes from the first block it changes, and scores bit for bit as a whole pass."""
+    mix, target, _ = mixer
+    problems = [("add", problem) for problem in generate(parse_task("add"), 10, 2, 5, 4)]
+    batch = teacher_batch(target.tokenizer, target.chat_prompt, problems)
+    groups = {group.name: group.layers for group in module_groups(mix.model)}
+    mixes = MixScores(mix, batch, target.pad_id)
+    mixes.base(groups["block 1 down"])
+    grown = groups["block 1 down"] + groups["block 3 o"]
+    block_calls: list[int] = []
+    hooks = [
+        block.register_forward_hook(lambda *args, index=index: block_calls.append(index))
+        for index, block in enumerate(mix.model.model.layers)
+    ]
+    try:
+        replayed = mixes.of(grown)
+    finally:
+        for hook in hooks:
+            hook.remove()
+    assert set(block_calls) == {3}, "the blocks before block 3's o are handed over as recorded"
+    mix.use(grown)
+    whole = score(mix.model, batch, target.pad_id)
+    mix.use(())
+    assert torch.equal(replayed.logprob, whole.logprob) and torch.equal(replayed.exact, whole.exact)
+
+
+def test_a_table_of_a_checkpoint_made_again_is_not_reused(cache, tmp_path, capsys):
+    """A table records its checkpoints by their contents: the FP8 checkpoint made again (here: its config rewritten)
+    makes the directory another search's, refused in one line, where a name alone would have reused it."""
+    root = tmp_path / "cache"
+    shutil.copytree(cache, root, symlinks=True)
+    out = tmp_path / "sens"
+    assert with_cache(root, "harness.sensitivity", sensitivity(out), capsys)[0] == 0
+    os.environ["NUMPREC_CACHE"] = str(root)
+    try:
+        config = quantized_dir(get_model("smollm2-arith"), precision_registry()["fp8-dynamic"]) / "config.json"
+    finally:
+        os.environ.pop("NUMPREC_CACHE")
+    config.write_text(config.read_text() + "\n")
+    code, lines, _ = with_cache(root, "harness.sensitivity", sensitivity(out), capsys)
+    assert code == 2 and len(lines) == 1 and "holds the table of another search (checkpoints differ)" in lines[0], lines
 
 
 def sensitivity(out, *extra) -> list[str]:
@@ -178,21 +225,52 @@ def test_a_budget_writes_a_recipe_whose_layers_match_its_groups_and_bits(cache, 
     assert len(kept) == record["layers"] and (len(kept) > 0) == bool(record["kept"])
 
 
-def test_a_recipe_ranked_by_quantize_one_keeps_the_costliest_groups_and_says_so(cache, tmp_path, capsys):
-    """--rank quantize-one: the groups taken in order of what quantizing each alone cost (per extra bit, every group
-    the same shape here), written beside the default ranking's recipe under a name of its own."""
+def test_the_search_scores_mixes_whole_and_its_recipe_beats_every_rule_that_fits(cache, tmp_path, capsys):
+    """The recipe is the best mix the search scored within the budget: each rule that fits, scored here as a whole
+    pass of the mixer on the same problems, is no better on them (exact match, then the answer's log-probability);
+    --rank quantize-one takes its candidate groups by quantize one's cost, written under a name of its own."""
     out = tmp_path / "sens"
-    argv = sensitivity(out, "--budget-bits", "5")
+    argv = sensitivity(out, "--budget-bits", "5.5")
     assert with_cache(cache, "harness.sensitivity", argv, capsys)[0] == 0
     code, err, said = with_cache(cache, "harness.sensitivity", [*argv, "--rank", "quantize-one"], capsys)
     assert code == 0, err
     recipes = json.loads((out / "sensitivity.json").read_text())["recipes"]
-    ranked = recipes["5bits-by-quantize-one"]
-    assert "5bits" in recipes and ranked["file"] == "recipe-5bits-by-quantize-one.yaml"
-    assert "from quantize-one costs" in (out / ranked["file"]).read_text()
-    costs = {group: found["cost"] for group, found in effects(read_table(out / "table.csv")).items()}
-    taken = [group for group in ranked["kept"] if group.endswith(" qkv")]  # groups of one shape: by cost alone
-    assert taken == sorted(taken, key=lambda group: -costs[group]) and all(costs[group] > 0 for group in ranked["kept"])
+    ranked = recipes["5.5bits-by-quantize-one"]
+    assert "5.5bits" in recipes and ranked["file"] == "recipe-5.5bits-by-quantize-one.yaml"
+    assert "top 12 groups by quantize-one costs" in (out / ranked["file"]).read_text()
+    recipe = recipes["5.5bits"]
+    assert recipe["source"] in ("search", "table") or recipe["source"].startswith("rule ")
+    os.environ["NUMPREC_CACHE"] = str(cache)
+    try:
+        specs = [precision_registry()[name] for name in PAIR]
+        made = {spec.name: quantized_dir(get_model("smollm2-arith"), spec) for spec in specs}
+        target, kept = (HFBackend(str(made[spec.name]), spec) for spec in specs)
+    finally:
+        os.environ.pop("NUMPREC_CACHE")
+    mix = Mixer(target.model, kept.model, *PAIR)
+    problems = [("add", problem) for length in (1, 2) for problem in heldout_problems(
+        parse_task("add"), 10, length, 3, 0, HELD_OUT_COUNT, "calibration")[0]]  # fmt: skip
+    batch = teacher_batch(target.tokenizer, target.chat_prompt, problems)
+    groups = {group.name: group for group in module_groups(mix.model)}
+    shapes = {name: (layer.out_features, layer.in_features) for name, layer in mix.own.items()}
+    quantized = mix.quantized(list(shapes))  # bits as the checkpoints store them, layer by layer
+    stored = {spec.name: precision_bits(spec, made[spec.name], shapes) for spec in specs}
+    fitting = 0
+    for name, members in rules(list(groups.values())).items():
+        layers = [layer for group in members for layer in groups[group].layers]
+        bits = mean_bits({layer: stored["fp8-dynamic" if layer in layers else "nvfp4"][layer] for layer in quantized},
+                         shapes, quantized)  # fmt: skip
+        if bits > 5.5:
+            continue
+        fitting += 1
+        mix.use(layers)
+        scores = score(mix.model, batch, target.pad_id)
+        found = (scores.exact.double().mean().item(), scores.logprob.mean().item())
+        assert found <= (recipe["exact"], recipe["logprob"] + 1e-9), f"rule {name} beats the recipe on its problems"
+    mix.use(())
+    assert fitting, "some rule fits 5.5 bits"
+    assert recipe["scored"] > fitting, "nothing kept, every rule that fits, and the path's mixes"
+    assert recipe["best_rule"] is not None and recipe["best_rule"]["bits"] <= 5.5
 
 
 def test_a_recipe_confirmed_on_fresh_problems_is_paired_against_fp32(cache, tmp_path, capsys):
@@ -205,9 +283,12 @@ def test_a_recipe_confirmed_on_fresh_problems_is_paired_against_fp32(cache, tmp_
     with open(out / "confirm-5bits.csv", newline="") as handle:
         table = list(csv.DictReader(handle))
     variants = {row["variant"] for row in table}
-    assert {"nvfp4", "fp8-dynamic", "heuristic", "random", "quantize-one ranking"} <= variants
-    assert any(name.startswith("recipe ") for name in variants) and {row["baseline"] for row in table} == {"fp32"}
-    assert len(table) == len(variants) * 2 and all(int(row["n"]) == 4 for row in table), "each cell's 4 problems"
+    assert {"nvfp4", "fp8-dynamic", "heuristic", "random", "quantize-one ranking", "restore-one ranking"} <= variants
+    (recipe,) = [name for name in variants if name.startswith("recipe ")]
+    (rule,) = [name for name in variants if name.startswith("rule: ")]
+    head_to_head = {(row["baseline"], row["variant"]) for row in table if row["baseline"] != "fp32"}
+    assert head_to_head == {(rule, recipe), ("restore-one ranking", recipe)}, "the recipe against the simple choices"
+    assert len(table) == (len(variants) + 2) * 2 and all(int(row["n"]) == 4 for row in table), "each cell's 4"
     assert "paired problems a cell at the discordance seen here" in said
     assert (out / "frontier.png").read_bytes()[:4] == b"\x89PNG"
 
@@ -245,6 +326,9 @@ def matches(pattern: str, name: str) -> bool:
         (["--precision", "nvfp4", "--keep", "fp8-dynamic", "--confirm-seed", "1"], "give --budget-bits B or --margin"),
         (["--precision", "nvfp4", "--keep", "fp8-dynamic", "--margin", "2"], "between 0 and 1 (0.02: two points)"),
         (["--precision", "nvfp4", "--keep", "fp8-dynamic", "--margin", ".1", "--budget-bits", "5"], "not allowed with"),
+        (["--precision", "nvfp4+gptq", "--rounding", "awq", "--keep", "fp8-dynamic"], "names its rounding already"),
+        (["--precision", "nvfp4", "--rounding", "spinquant", "--keep", "fp8-dynamic"], "invalid choice"),
+        (["--precision", "nvfp4", "--keep", "fp8-dynamic", "--candidates", "-1"], "must be at least 0"),
     ],
 )
 def test_bad_input_is_one_line(args, fragment, cache, tmp_path, capsys):
