@@ -1,0 +1,76 @@
+"""The frontier's rows (one a point and cell: bits, exact match with its Wilson interval, whether it is on the Pareto
+set) and what the command says of them: the best point within each budget and the head-to-head verdicts."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, fields
+
+from harness.recipes.frontier_table import REFERENCE, FrontierPoint, best_within, pareto
+from harness.runs.compare import SIGNIFICANCE, Answers, Comparison, wilson_interval
+
+
+@dataclass(frozen=True)
+class FrontierRow:
+    """One point's exact match in one cell."""
+
+    point: str
+    method: str
+    kind: str
+    budget: float | None
+    detail: str
+    task: str
+    length: int
+    bits: float
+    n: int
+    correct: int
+    accuracy: float
+    low: float
+    high: float
+    pareto: bool
+
+
+COLUMNS = [field.name for field in fields(FrontierRow)]
+
+
+def frontier_rows(
+    points: Sequence[FrontierPoint], answers: Mapping[str, Answers], bits: Mapping[str, float]
+) -> list[FrontierRow]:
+    """Each point's row per cell (task, length), the Pareto set marked within each cell."""
+    counts: dict[tuple[str, str, int], list[int]] = {}
+    for point in points:
+        for (task, _, length, _, _), (_, right) in answers.get(point.name, {}).items():
+            tally = counts.setdefault((point.name, task, length), [0, 0])
+            tally[0] += 1
+            tally[1] += right
+    cells = sorted({(task, length) for _, task, length in counts})
+    by_name = {point.name: point for point in points}
+    rows = []
+    for task, length in cells:
+        here = {name: tally for (name, cell_task, cell_length), tally in counts.items() if (cell_task, cell_length) ==
+                (task, length)}  # fmt: skip
+        front = pareto({name: (bits[name], right / n) for name, (n, right) in here.items()})
+        for name, (n, right) in here.items():
+            point = by_name[name]
+            low, high = wilson_interval(right, n)
+            rows.append(FrontierRow(name, point.method, point.kind, point.budget, point.detail, task, length,
+                                    bits[name], n, right, right / n, low, high, name in front))  # fmt: skip
+    return rows
+
+
+def say_best(rows: Sequence[FrontierRow], table: Sequence[Comparison], budgets: Sequence[float]) -> None:
+    """The best point within each budget per cell, and each head-to-head pair's paired difference."""
+    for task, length in dict.fromkeys((row.task, row.length) for row in rows):
+        cell = [row for row in rows if (row.task, row.length) == (task, length)]
+        print(f"{task} n={length} ({cell[0].n} problems a point):")
+        for budget in budgets:
+            best = best_within([vars(row) for row in cell if row.kind != "reference"], budget)
+            if best is not None:
+                print(f"  best within {budget:g} bits: {best['point']} ({best['bits']:.2f} bits) exact "
+                      f"{best['accuracy']:.3f} [{best['low']:.3f}, {best['high']:.3f}]")  # fmt: skip
+        for row in table:
+            if (row.task, row.length) != (task, str(length)) or row.baseline == REFERENCE:
+                continue
+            verdict = "resolved" if row.p_holm < SIGNIFICANCE else "not resolved"
+            print(f"  {row.variant} against {row.baseline}: {row.difference:+.3f} [{row.diff_low:+.3f}, "
+                  f"{row.diff_high:+.3f}], Holm p {row.p_holm:.3g} ({verdict})")  # fmt: skip
