@@ -98,6 +98,8 @@ def _statement_reading(line: str, statement: Statement, boundaries: list[int], f
     labels = limit < len(line) and (not _DECIMAL_NUMBER.search(segment) or line[limit] == "=")
     if isinstance(found, Extraction) and labels:
         return None  # words only, or the left side of an equation, before the next statement: a label too
+    if found == refused(Refusal.NO_NUMERAL) and statement.rule == "keyword" and not _DECIMAL_NUMBER.search(segment):
+        return None  # words about the answer, not its value: "let me know if my answer is wrong"
     if isinstance(found, str) and (segment.rstrip(MARKUP).endswith("?") or line[end : end + 1] == "?"):
         found = refused(Refusal.ASKED)
     return found, end

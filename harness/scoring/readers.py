@@ -191,7 +191,8 @@ READERS = (
         "a retraction takes back only what it points at: the answer just stated (or the line of working just read)"
         ' is void and what follows stands; "actually" replaces only where a new answer follows; "let me start'
         ' over" voids everything before it. A noun, an error owned as fixed, a "No" answering the output\'s own'
-        " question or denying an error, and doubt take back nothing",
+        ' question or denying an error, doubt, a condition or pleasantry ("tell me if I made a mistake"), a'
+        ' denial ("nothing was wrong") and "from scratch" saying how the work was done take back nothing',
         (
             Example("47 + 85 = 122\nNo, the carry: 47 + 85 = 132", "47 + 85", "132", "equals", modes=FREE),
             Example(
@@ -220,6 +221,18 @@ READERS = (
                 "47 + 85 = 132\nDid I forget the carry? No, I included it.", "47 + 85", "132", "equals", modes=FREE
             ),
             Example("Is it 122? No, it is 132.", "47 + 85", "132", "keyword", modes=FREE),
+            Example("47 + 85 = 132. Tell me if I got anything wrong!", "47 + 85", "132", "equals"),
+            Example("47 + 85 = 132. Let me know if my answer is wrong.", "47 + 85", "132", "final", modes=FREE),
+            Example("47 + 85 = 132\nNothing was wrong with the carry.", "47 + 85", "132", "equals", modes=FREE),
+            Example("47 + 85 = 132, computed from scratch.", "47 + 85", "132", "equals"),
+            Example(
+                "47 + 85 = 122\nTell me if I made a mistake.\nThe answer is 132.",
+                "47 + 85",
+                None,
+                _none(Refusal.CONFLICT),
+                modes=FREE,
+            ),
+            Example("47 + 85 = 122\nLet me start from scratch: 47 + 85 = 132", "47 + 85", "132", "equals", modes=FREE),
         ),
     ),
     Reader(

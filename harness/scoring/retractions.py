@@ -14,7 +14,11 @@ take back.
 
 What retracts nothing: "correction" as a noun ("no correction needed"), an error owned as already fixed ("I made an
 error earlier but fixed it"), a "No" that denies an error ("No, there are none"), doubt and checking words ("Wait",
-"Hmm", "let me double-check", "Correct."), and doing the work again to check it ("I'll redo it to verify").
+"Hmm", "let me double-check", "Correct."), and doing the work again to check it ("I'll redo it to verify"). A
+correction word retracts only where it acts on what was stated: not in a condition or a pleasantry ("tell me if I
+made a mistake", "let me know if my answer is wrong"), not denied ("nothing was wrong", "I didn't make a mistake"),
+and "from scratch" only where the output sets out to start again ("let me start from scratch"), not where it says
+how the work was done ("computed from scratch").
 
 >>> [kind for _, _, kind in retractions("The answer is 122. Wait, actually it is 132.")]
 ['replace']
@@ -26,6 +30,12 @@ error earlier but fixed it"), a "No" that denies an error ("No, there are none")
 ['restart']
 >>> [kind for _, _, kind in retractions("Is that right? No, it is 132.")], retractions("I'll redo it to check.")
 (['retract'], [])
+>>> retractions("47 + 85 = 132. Tell me if I made a mistake!"), retractions("Nothing was wrong with the carry.")
+([], [])
+>>> retractions("47 + 85 = 132, computed from scratch."), retractions("I didn't make a mistake: 132.")
+([], [])
+>>> [kind for _, _, kind in retractions("That was wrong; let me start from scratch.")]
+['retract', 'restart']
 """
 
 from __future__ import annotations
@@ -70,6 +80,31 @@ _ASKS_IF_RIGHT = re.compile(r"\b(?:right|correct|accurate|true|sure|ok(?:ay)?)\W
 _TO_CHECK = re.compile(r"[^.!?]*?\bto\s+(?:double[-\s]?check|check|verify|confirm|be\s+sure|make\s+sure)\b", re.I)
 
 
+# Before a correction word in its clause: a condition ("if I made a mistake", "whether it is wrong") or a denial
+# ("nothing was wrong", "I didn't make a mistake", "none of it is wrong"): it takes nothing back
+_CONDITION = re.compile(r"\b(?:if|whether|in\s+case|unless|should\s+i)\b", re.IGNORECASE)
+_DENIED = re.compile(r"\b(?:nothing|none|not|never|no(?:body)?|neither|nor)\b|n't\b", re.IGNORECASE)
+# Setting out to start again: "from scratch" is a restart only beside one of these in its sentence
+_AGAIN = re.compile(
+    r"\b(?:let\s+me|let's|i(?:'ll|\s+will|\s+need\s+to|\s+have\s+to|\s+should)|start(?:ing)?|restart|re-?do"
+    r"|again|over)\b",
+    re.IGNORECASE,
+)
+_CLAUSE_MARKS = ".!?;:,—–("
+
+
+def _clause_before(line: str, start: int) -> str:
+    """The words of ``line`` before ``start`` in the same clause."""
+    cut = max(line.rfind(mark, 0, start) for mark in _CLAUSE_MARKS)
+    return line[cut + 1 : start]
+
+
+def _sentence_before(line: str, start: int) -> str:
+    """The words of ``line`` before ``start`` in the same sentence."""
+    cut = max(line.rfind(mark, 0, start) for mark in ".!?")
+    return line[cut + 1 : start]
+
+
 def _opens_sentence(line: str, start: int, marks: str = ".!?") -> bool:
     """Whether the word at ``start`` opens the line or a sentence (a mark of ``marks``, then spaces, before it)."""
     before = line[:start].rstrip()
@@ -78,7 +113,13 @@ def _opens_sentence(line: str, start: int, marks: str = ".!?") -> bool:
 
 def _kind(line: str, mark: re.Match[str], previous: str) -> str | None:
     """What a correction word found in ``line`` does, or None where it takes back nothing."""
+    if _CONDITION.search(_sentence_before(line, mark.start())):
+        return None  # "tell me if I made a mistake", "let me know whether it is wrong"
+    if not mark["no"] and _DENIED.search(_clause_before(line, mark.start())):
+        return None  # "nothing was wrong", "I didn't make a mistake"
     if mark["restart"]:
+        if mark.group().lower().startswith("from") and not _AGAIN.search(_sentence_before(line, mark.start())):
+            return None  # "computed from scratch": how the work was done
         return None if _TO_CHECK.match(line, mark.end()) else RESTART
     if mark["actually"]:
         said_wait = not mark.group().lower().startswith("actually")
