@@ -36,6 +36,28 @@ _LATEX_TIMES = re.compile(r"\\(?:times|cdot)(?![a-z])")
 _LATEX_ALIGN = re.compile(r"&\s*(?==)|\\\\\s*$|\\(?:begin|end)\{(?:align|aligned|equation|gather)\*?\}")
 # A bullet, or a number of at most two digits and "." or ")" before words or an equation: a list's layout
 _LIST_MARKER = re.compile(r"^\s*(?:[-*+•]\s+|\d{1,2}[.)]\s+(?=.*[A-Za-z=]))")
+# LaTeX's spacing and grouping inside a number: a thin space (``5\\,124``, ``\\!``, ``\\;``, ``\\:``) is layout, ``{,}``
+# a thousands separator
+_LATEX_SPACING = re.compile(r"(?<=\d)(?:\\[,!;:]|(?P<comma>\{,\}))(?=\d)")
+# Bold markers (``**``, ``__``) that open or close an emphasis, a non-space on one side only: layout, never a sign
+_BOLD = re.compile(r"(?<![\w*])\*\*(?=[^\s*])|(?<=[^\s*])\*\*(?![\w*])|(?<![\w_])__(?=[^\s_])|(?<=[^\s_])__(?![\w_])")
+# Full-width and CJK punctuation, as the ASCII marks they stand for
+# (a full-width mark holds its own spacing: ", " for "，")
+_FULL_WIDTH = str.maketrans(
+    {
+        "。": ". ",
+        "．": ". ",
+        "，": ", ",
+        "、": ", ",
+        "：": ": ",
+        "；": "; ",
+        "！": "! ",
+        "？": "? ",
+        "（": " (",
+        "）": ") ",
+    }
+    | {"＝": " = ", "＋": " + ", "＊": " * ", "　": " "}
+)
 _WORD_OPERATORS = (  # the words, and the sign they stand for
     (re.compile(r"\bplus\b", re.IGNORECASE), "plus", "+"),
     (re.compile(r"\b(?:times|multiplied\s+by)\b", re.IGNORECASE), "times", "*"),
@@ -49,11 +71,22 @@ def clean(line: str, base: int) -> str:
     (``1011_2``, ``1011₂``, ``1011_{2}`` in base 2: operands written with their base), and a list marker that opens
     it (``- ``, ``* ``, ``1. ``) as the layout it is, not a sign.
 
+    Markup is layout: bold markers around or inside an equation, LaTeX's spacing and grouping within a number
+    (``5\\,124``, ``5{,}124``), and full-width and CJK punctuation (``。``, ``，``).
+
     >>> clean("- 47 + 85 = 132", 10), clean("2. The answer is 132", 10), clean("-15", 10), clean("15. 16", 10)
     ('47 + 85 = 132', 'The answer is 132', '-15', '15. 16')
+    >>> clean("**47** + **85** = **132**", 10), clean("$5{,}124$ and $5\\\\,124$", 10), clean("47 + 85 = 132。", 10)
+    ('47 + 85 = 132', '$5,124$ and $5124$', '47 + 85 = 132.')
     """
+    if not line.isascii():
+        line = line.translate(_FULL_WIDTH)
     if marker := _LIST_MARKER.match(line):
         line = line[marker.end() :]
+    if "**" in line or "__" in line:
+        line = _BOLD.sub("", line)
+    if "\\" in line or "{,}" in line:
+        line = _LATEX_SPACING.sub(lambda found: "," if found["comma"] else "", line)
     line = _LATEX_ALIGN.sub("", line) if "&" in line or "\\" in line else line
     if "\\" in line:
         line = _LATEX_TIMES.sub("*", _TEXT_WRAPPER.sub(r"\1", _MATH_DELIMITERS.sub(" ", line)))

@@ -238,7 +238,9 @@ READERS = (
     Reader(
         "(any)",
         "thinking is never read, whatever its marker, closed or not; operands may carry the task's base; a list"
-        " marker opening a line (`- `, `* `, `1. `) is layout, not a sign",
+        " marker opening a line (`- `, `* `, `1. `), bold markers around or inside an equation, LaTeX's spacing and"
+        " grouping within a number (`5\\,124`, `5{,}124`) and full-width or CJK punctuation (`。`, `，`) are layout,"
+        " not signs",
         (
             Example("<think>7 and 8 make 15</think>7 + 8 = 15", "7 + 8", "15", "equals"),
             _never_leaves_thinking("[THINK]The final answer is 132."),
@@ -254,6 +256,11 @@ READERS = (
             ),
             Example("1011_2 + 110_2 = 10001_2", "1011 + 110", "10001", "equals", base=2),
             Example("- 47 + 85 = 132", "47 + 85", "132", "equals"),
+            Example("**47** + **85** = **132**", "47 + 85", "132", "equals"),
+            Example("$1234 + 3890 = 5{,}124$", "1234 + 3890", "5124", "equals"),
+            Example("$1234 + 3890 = 5\\,124$", "1234 + 3890", "5124", "equals"),
+            Example("47 + 85 = 132。", "47 + 85", "132", "equals"),
+            Example("47 + 85 = 132，which is the sum.", "47 + 85", "132", "equals"),
         ),
     ),
     Reader(
