@@ -1,7 +1,8 @@
 """Words that state, label, confirm or correct an answer.
 
 - ``keyword``: "the answer / result / sum / product / total / value [of, to or for X] is / are / equals / :",
-  "answer / result = N", "X is / equals N", "X, which is N", "the last L digits of X are N".
+  "answer / result = N", "X is / equals N", "X, which is N", "the last L digits of X are N" (L in digits or words),
+  "Final Answer N" and "Final answer — N" (a final answer's label, no verb).
 - a **final phrase** ("final answer", "the answer is", "result:") marks a statement as the final answer.
 - a **label** states nothing itself and gives the next line's answer its words ("The sum is:", "Final Answer", a line
   that ends with the asked expression and ``=``).
@@ -21,7 +22,10 @@ from functools import lru_cache
 from harness.scoring.equations import Statement
 from harness.scoring.question import IMPLICIT, Question
 
-NOUN = re.compile(r"\b(?:answer|result|sum|product|total|value|last\s+\d+\s+digits?)\b", re.IGNORECASE)
+_COUNT = r"(?:\d+|one|two|three|four|five|six|seven|eight|nine|ten)"  # "the last three digits"
+NOUN = re.compile(rf"\b(?:answer|result|sum|product|total|value|last\s+{_COUNT}\s+digits?)\b", re.IGNORECASE)
+# "Final Answer 512", "Final answer — 512": the label of a final answer that a numeral follows with no verb or colon
+FINAL_LABEL = re.compile(r"\bfinal\s+answer\b[*_]*\s*(?:[—–-]+\s*)?(?=[*_$`\\(]*\d)", re.IGNORECASE)
 _VERB = r"(?:\bis\b|\bare\b|\bequals\b|\bequal\s+to\b|\b(?:should|must|would|will)\s+be\b(?=[\s*_$`\\(]*\d)|:)"
 _WHICH = re.compile(r"\bwhich\s+(?:is|equals)\b", re.IGNORECASE)
 _EQUALS_AFTER = re.compile(r"[*_]*\s*(?P<about>(?!))?=(?!=)\s*")  # no "of X": the group never takes part
@@ -71,6 +75,8 @@ def keyword_statements(line: str, question: Question, base: int) -> list[Stateme
                 found.append(Statement(noun.start(), match.end(), "keyword"))
         elif question.is_named_in(match["about"], base):
             found.append(Statement(noun.start(), match.end(), "keyword"))
+    for label in FINAL_LABEL.finditer(line):
+        found.append(Statement(label.start(), label.end(), "keyword"))
     for verb in _COPULA.finditer(line):
         if question.is_asked(line, verb.start(), base):
             found.append(Statement(verb.start(), verb.end(), "keyword"))

@@ -87,6 +87,9 @@ READERS = (
             Example(
                 "Final Answer: The final answer is $15$. I hope it is correct.", "7 + 8", "15", "keyword", modes=FIRST
             ),
+            Example("Final Answer 132", "47 + 85", "132", "keyword", modes=FIRST),
+            Example("Final answer — 132", "47 + 85", "132", "final", modes=FREE),
+            Example("The last two digits are 70.", "53 * 490", "70", "keyword", last_digits=2),
             Example("Is it 125? Yes, 125.", "58 + 67", "125", "keyword", modes=FREE),
             Example("58 + 67 = 125\nDouble-check: 125 - 67 = 58 ✓. Yes, 125.", "58 + 67", "125", "keyword", modes=FREE),
         ),
@@ -177,6 +180,15 @@ READERS = (
             ),
             Example("47 + 85 = 132. So the total is one hundred twenty-two.", "47 + 85", None, _none(Refusal.CONFLICT)),
             Example("1011 + 110 = 10010₂ = 17₁₀", "1011 + 110", None, _none(Refusal.CONFLICT), base=2),
+            Example("The sum is 132.\nFinal Answer 122", "47 + 85", None, _none(Refusal.CONFLICT), modes=FREE),
+            Example("The sum is 132.\nFinal answer — 122", "47 + 85", None, _none(Refusal.CONFLICT), modes=FREE),
+            Example(
+                "53 * 490 = 25970, so the last three digits are 971.",
+                "53 * 490",
+                None,
+                _none(Refusal.CONFLICT),
+                last_digits=3,
+            ),
             Example(
                 "53 * 490 = 25970, so the last 2 digits are 71.",
                 "53 * 490",
