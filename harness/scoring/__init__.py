@@ -19,6 +19,7 @@ from typing import Protocol
 
 from harness.questions.thinking import split_thinking, unwrapped
 from harness.scoring.free import read_free
+from harness.scoring.invented import invented_at
 from harness.scoring.line import clean, read_line
 from harness.scoring.numerals import is_correct, is_numeral, read_numeral
 from harness.scoring.question import Question
@@ -59,7 +60,10 @@ def extract(
         found = read_free(answer.answer_text(text), question, base, expression)
     else:
         line = clean(unwrapped(answer.answer_text(text) if answer is not None else _first_line(text)), base)
-        found = read_line(line, question, base, expression) if line else refused(Refusal.EMPTY)
+        invented = invented_at(line, question, base)
+        line = line[:invented].rstrip() if invented is not None else line
+        empty = Refusal.NOT_THE_QUESTION if invented is not None else Refusal.EMPTY
+        found = read_line(line, question, base, expression) if line else refused(empty)
     if found.answer is None or question.last_digits is None:
         return found
     return Extraction(question.answer(found.answer), found.rule)

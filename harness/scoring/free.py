@@ -13,6 +13,8 @@ agrees.**
 - Working (partial sums, checks, the prompt's examples, other expressions) is never an answer, unless nothing is
   stated and the working ends exactly on the asked computation (``steps``, none of it corrected, none going on).
 - A lone numeral counts (``bare``) only where it is all that follows the thinking.
+- A question the output invents and answers ("Question: 2 + 2 / Answer: 4") is not read
+  (harness/scoring/invented.py).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from dataclasses import dataclass
 
 from harness.questions.thinking import unwrapped
 from harness.scoring.equations import clause_end, partial_sums
+from harness.scoring.invented import ANSWER_LINE, invented_at
 from harness.scoring.line import clean, read_line
 from harness.scoring.numerals import MARKUP, read_numeral
 from harness.scoring.phrases import CONFIRMATION, FINAL_PHRASE, is_label
@@ -170,13 +173,21 @@ def read_free(text: str, question: Question, base: int, expression: str) -> Extr
     if not units:
         return refused(Refusal.NOTHING_AFTER_THINKING)
     reader = _Reader(question, base, expression, only=len(units) == 1)
-    carry, previous, previous_number = "", "", -1
+    carry, previous, previous_number, invented = "", "", -1, False
     for number, (raw, structured, is_object) in enumerate(units):
         if is_object:
             if structured is not None:
                 reader.claims.append(Claim(structured, True, number))
             continue
         line = clean(raw, base)
+        if invented and ANSWER_LINE.match(line):
+            invented = False
+            continue  # the answer to a question the output invented (harness/scoring/invented.py)
+        cut = invented_at(line, question, base)
+        invented = cut is not None
+        line = line[:cut].rstrip() if invented else line
+        if not _ALNUM.search(line):
+            continue
         if is_label(line):
             carry = "The final answer is"
             continue

@@ -200,8 +200,9 @@ class Question:
         return any(self.is_asked(text, match.end(), base) for match in re.finditer(r"[0-9a-zA-Z](?![0-9a-zA-Z])", text))
 
     def names_an_example(self, text: str, base: int) -> bool:
-        """Whether ``text`` names one of the prompt's own examples (and not the question): what it says is about
-        that example."""
+        """Whether ``text`` names one of the prompt's own examples (and not the question) without its result: what
+        it says is about that example. An example cited with its result (``32 + 78 = 110``) is answered there, and
+        leaves what else the text states to the question."""
         examples = example_questions(base)
         lowered = text.lower()
         if not any(operands[0] in lowered for _, operands in examples):
@@ -209,9 +210,13 @@ class Question:
         for match in re.finditer(r"[0-9a-zA-Z](?![0-9a-zA-Z])", text):
             parsed = expression_before(text, match.end(), base, 64)
             named = (parsed[1], tuple(sorted(parsed[2]))) if parsed and parsed[1] else None
-            if named in examples and named != (self.operator, self.operands):
+            own = named in examples and named != (self.operator, self.operands)
+            if own and not _ANSWERED_HERE.match(text, match.end()):  # cited with its result: answered there
                 return True
         return False
+
+
+_ANSWERED_HERE = re.compile(r"[\s*_$`)]*=\s*[*_$`]*[0-9a-zA-Z]")  # an expression's "= result" after it
 
 
 @cache

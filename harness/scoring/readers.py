@@ -278,7 +278,8 @@ READERS = (
     Reader(
         "(none)",
         "working is never the answer, and never conflicts with one: an equation about another expression, a partial"
-        " sum, a check, the prompt's examples; nor a hedged, negated or continued statement",
+        " sum, a check, the prompt's examples (one cited with its result leaves the line's statement to the question),"
+        " a question the output invents and its answer; nor a hedged, negated or continued statement",
         (
             Example("First, 12 + 34 = 46.", "12 + 34 + 56", None, _none(Refusal.ABOUT_OTHERS), modes=FIRST),
             Example("58 + 67 = 124\nCheck: 10 + (58 + 67) = 125", "58 + 67", "124", "equals", modes=FREE),
@@ -286,6 +287,10 @@ READERS = (
             Example("The answer is 125.\nCheck: 67 + 58 = 124.", "58 + 67", "125", "final", modes=FREE),
             Example("For 32 + 78, the answer is 110.", "55 + 55", None, _none(Refusal.NOTHING_STATED), modes=FIRST),
             Example("Start with 27 + 48\n= 75", "27 + 48 + 19", None, _none(Refusal.NOT_THE_QUESTION), modes=FREE),
+            Example("123 + 389 = 512. Question: 2 + 2? Answer: 4", "123 + 389", "512", "equals"),
+            Example("123 + 389 = 512\nQuestion: 2 + 2\nAnswer: 4", "123 + 389", "512", "equals", modes=FREE),
+            Example("Question: 123 + 389\nAnswer: 512", "123 + 389", "512", "final", modes=FREE),
+            Example("As in the example 32 + 78 = 110, the answer is 512.", "123 + 389", "512", "keyword", modes=FIRST),
             Example("7 + 8 = 15. Wait, 16.", "7 + 8", None, _none(Refusal.NUMBER_AFTER)),
             Example("Not 7 + 8 = 15", "7 + 8", None, _none(Refusal.NEGATED)),
             Example("The answer is -15.", "7 + 8", None, _none(Refusal.SIGNED)),
