@@ -20,7 +20,7 @@ from harness.runs.parallel import Processes
 # 160 times.
 from harness.runs.plan import Cell, Todo
 from harness.runs.results import CellResult
-from harness.scoring import CONFLICT, is_correct, judge
+from harness.scoring import is_conflict, is_correct, judge
 
 
 def run_group(backend, group: list[Todo], spec: RunSpec, progress, processes: Processes):
@@ -126,7 +126,7 @@ def score_cell(backend, cell: Cell, spec: RunSpec, generations, wall: float, tok
         hit = is_correct(answer, problem.answer, spec.base)
         correct += hit
         no_answer += answer is None
-        conflicts += extraction.rule == CONFLICT
+        conflicts += is_conflict(extraction.rule)
         thinking = spec.answer.split(generation.text)[0]
         samples.append(
             {

@@ -29,7 +29,7 @@ from harness.questions.answers import answer_mode
 from harness.questions.problems import Task, generate
 from harness.runs.compare import wilson_interval
 from harness.runs.results import CellResult, Sample
-from harness.scoring import CONFLICT, is_correct, judge
+from harness.scoring import is_conflict, is_correct, judge
 
 # What the digest covers: the evidence, not what is derived from it (extracted, rule, correct are read again).
 EVIDENCE = ("model", "precision", "adapter", "task", "operands", "truncate", "base", "length", "index")
@@ -88,7 +88,7 @@ def check_cell_evidence(row: CellResult, samples: dict[int, Sample], digests: bo
         verdict = is_correct(extraction.answer, sample["gold"], row.base)
         readings += extraction.answer != sample.get("extracted")
         no_answer += extraction.answer is None
-        conflicts += extraction.rule == CONFLICT
+        conflicts += is_conflict(extraction.rule)
         if verdict != sample["correct"]:
             changed.append(
                 f"{row.model} {row.precision} {sample['expression']} = {sample['gold']}: "

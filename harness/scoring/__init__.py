@@ -18,14 +18,25 @@ from __future__ import annotations
 from typing import Protocol
 
 from harness.questions.thinking import split_thinking, unwrapped
+from harness.scoring.doubt import unexplained
 from harness.scoring.free import read_free
 from harness.scoring.invented import invented_at
 from harness.scoring.line import clean, read_line
 from harness.scoring.numerals import is_correct, is_numeral, read_numeral
 from harness.scoring.question import Question
-from harness.scoring.verdicts import CONFLICT, RULES, TRUNCATED, Extraction, Refusal, refused
+from harness.scoring.verdicts import (
+    CONFLICT,
+    RULES,
+    TRUNCATED,
+    Extraction,
+    Refusal,
+    is_conflict,
+    refused,
+    unexplained_number,
+)
 
 __all__ = ["CONFLICT", "RULES", "TRUNCATED", "Extraction", "Question", "Refusal", "extract", "is_correct"]
+__all__ += ["is_conflict"]
 __all__ += ["is_numeral", "judge", "read_numeral"]
 
 
@@ -64,6 +75,9 @@ def extract(
         line = line[:invented].rstrip() if invented is not None else line
         empty = Refusal.NOT_THE_QUESTION if invented is not None else Refusal.EMPTY
         found = read_line(line, question, base, expression) if line else refused(empty)
+        span = unexplained(line, found.answer, question, base) if found.answer is not None else None
+        if span is not None:  # a number no reading explains (harness/scoring/doubt.py)
+            found = unexplained_number(line[span[0] : span[1]])
     if found.answer is None or question.last_digits is None:
         return found
     return Extraction(question.answer(found.answer), found.rule)

@@ -23,6 +23,7 @@ import re
 from dataclasses import dataclass
 
 from harness.questions.thinking import unwrapped
+from harness.scoring.doubt import unexplained
 from harness.scoring.equations import clause_end, partial_sums
 from harness.scoring.invented import ANSWER_LINE, invented_at
 from harness.scoring.line import clean, read_line
@@ -31,7 +32,7 @@ from harness.scoring.phrases import CONFIRMATION, FINAL_PHRASE, is_label
 from harness.scoring.question import Question
 from harness.scoring.retractions import CORRECTED, REPLACE, RESTART, RETRACT, SENTENCE_END, retractions
 from harness.scoring.structured import json_objects
-from harness.scoring.verdicts import Extraction, Refusal, refused
+from harness.scoring.verdicts import Extraction, Refusal, refused, unexplained_number
 
 _DECIMAL_NUMBER = re.compile(r"\d")
 # A check of the answer ("Check: 67 + 58 = 125", "Let me verify: ..."): what it states is working beside a statement
@@ -74,6 +75,7 @@ class _Reader:
         self.working: list[tuple[int, str]] = []  # (line number, text)
         self.worked = False  # whether working with numbers was read since the last claim
         self.previous = ""  # the line before, whose question a "No" may answer
+        self.doubted: list[str] = []  # what stands since the last retraction, checks apart: every number explained
 
     def read(self, line: str, number: int) -> None:
         """One line into the claims, its retractions applied (harness/scoring/retractions.py)."""
@@ -89,6 +91,10 @@ class _Reader:
             kind = marks[index][2] if index < len(marks) else None
             if kind == REPLACE and claims[index + 1] is None:
                 kind = None  # "actually" with no new answer after it: doubt
+            if kind in (RETRACT, REPLACE, RESTART):
+                self.doubted = []  # taken back, with what came before it
+            elif not _CHECK.match(piece):
+                self.doubted.append(piece)
             if kind == RESTART:
                 self.claims, self.working, self.worked = [], [], False
                 continue
@@ -201,4 +207,9 @@ def read_free(text: str, question: Question, base: int, expression: str) -> Extr
             carry = line.rstrip(MARKUP)  # "58 + 67 =", "The sum is:": the next line completes it
             continue
         reader.read(line, number)
-    return reader.verdict()
+    found = reader.verdict()
+    doubted = "\n".join(reader.doubted)
+    span = unexplained(doubted, found.answer, question, base) if found.answer is not None else None
+    if span is not None:  # a number no reading explains (harness/scoring/doubt.py)
+        return unexplained_number(doubted[span[0] : span[1]])
+    return found

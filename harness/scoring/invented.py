@@ -27,6 +27,8 @@ _ASKED_END = re.compile(r"\?|\b(?:answer|a)\s*[:.)]", re.IGNORECASE)
 
 def invented_at(line: str, question: Question, base: int) -> int | None:
     """Where in ``line`` a question the output invents opens (None: none does)."""
+    if "q" not in line and "Q" not in line:
+        return None  # no "Question" nor "Q": most lines, decided without the pattern's scan
     for found in INVENTED.finditer(line):
         end = _ASKED_END.search(line, found.end())
         asked = line[found.end() : end.start() if end else len(line)]

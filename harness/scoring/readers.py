@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from harness.scoring.verdicts import Refusal
+from harness.scoring.verdicts import Refusal, unexplained_number
 
 BOTH, FIRST, FREE = "both", "first line", "free form"
 
@@ -196,6 +196,32 @@ READERS = (
                 _none(Refusal.CONFLICT),
                 last_digits=2,
             ),
+        ),
+    ),
+    Reader(
+        "(doubt)",
+        "default to doubt: once an answer is read, every other numeral and number word of the answer part must be"
+        " explained (the answer restated, an operand, working that holds, a digit, a partial sum or product, a prompt"
+        " example's, a percentage, a base's name, a value asked or denied); a value none explains is a conflict,"
+        " its words shown (base 10; harness/scoring/doubt.py)",
+        (
+            Example(
+                "The answer is 132. In words: one hundred twenty-two.",
+                "47 + 85",
+                None,
+                unexplained_number("one hundred twenty-two").rule,
+            ),
+            Example(
+                "47 + 85 = 132\nThat's 122 once the carry is dropped.",
+                "47 + 85",
+                None,
+                unexplained_number("122").rule,
+                modes=FREE,
+            ),
+            Example("7 + 5 = 12, carry 1; 4 + 8 + 1 = 13; so 47 + 85 = 132.", "47 + 85", "132", "equals"),
+            Example("23 * 96 = 2070 + 138 = 2208", "23 * 96", "2208", "equals"),
+            Example("47 + 85 = 132\nI'm 100% sure of it.", "47 + 85", "132", "equals", modes=FREE),
+            Example("Is it 122? No: 47 + 85 = 132.", "47 + 85", "132", "equals"),
         ),
     ),
     Reader(

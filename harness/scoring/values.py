@@ -25,7 +25,7 @@ _CARDINAL = (
     "|seventeen|eighteen|nineteen|twenty|thirty|forty|fifty|sixty|seventy|eighty|ninety|hundred|thousand|million"
     "|billion|trillion"
 )
-_WORDS = re.compile(rf"(?:an?\s+)?(?:{_CARDINAL})(?:(?:\s+|\s*-\s*)(?:and\s+)?(?:{_CARDINAL}))*", re.IGNORECASE)
+WORDS = re.compile(rf"(?:an?\s+)?(?:{_CARDINAL})(?:(?:\s+|\s*-\s*)(?:and\s+)?(?:{_CARDINAL}))*", re.IGNORECASE)
 _ARTICLE = re.compile(r"^an?\s+", re.IGNORECASE)  # "a hundred and five": one hundred
 PREFIXED = re.compile(r"0(?P<kind>[xXbBoO])(?P<digits>[0-9a-zA-Z]+)")
 PREFIX_BASES = {"x": 16, "b": 2, "o": 8}
@@ -46,7 +46,7 @@ def from_words(text: str, base: int) -> str | None:
     """The value ``text`` names in English cardinal words (all of it words of a number), as a digit string of
     ``base``; None where it is anything else."""
     words = text.strip()
-    if not _WORDS.fullmatch(words):
+    if not WORDS.fullmatch(words):
         return None
     try:
         value = text2num(re.sub(r"\s*-\s*", "-", _ARTICLE.sub("one ", words.lower())), "en")

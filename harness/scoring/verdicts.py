@@ -81,6 +81,23 @@ def refused(refusal: Refusal) -> Extraction:
     return Extraction(None, refusal.value)
 
 
+UNEXPLAINED = "none: conflict (a number no reading explains: "
+
+
+def unexplained_number(span: str) -> Extraction:
+    """A conflict with the number no reading explains (harness/scoring/doubt.py), its words shown.
+
+    >>> unexplained_number("six hundred twelve").rule
+    "none: conflict (a number no reading explains: 'six hundred twelve')"
+    """
+    return Extraction(None, f"{UNEXPLAINED}{span[:60]!r})")
+
+
+def is_conflict(rule: str) -> bool:
+    """Whether a verdict is a conflict: statements that differ, or a number no reading explains."""
+    return rule == CONFLICT or rule.startswith(UNEXPLAINED)
+
+
 def unpaired(run: str) -> Extraction:
     """A ``*`` or ``_`` run after the numeral that closes no emphasis: an operator, or text."""
     why = "an operator follows the numeral" if "*" in run else "text follows the numeral"
