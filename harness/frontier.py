@@ -26,6 +26,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
+from harness.backends.vllm import check_vllm_kernels
 from harness.core.bounds import SAMPLES, SEED
 from harness.core.cli import ArgParser, int_list, invocation, name_list, output_dir, run
 from harness.core.errors import UserError
@@ -33,10 +34,11 @@ from harness.core.files import atomic_write_bytes, atomic_write_text, read_json
 from harness.core.machine import describe
 from harness.models import get_model, get_precision, named_rounding
 from harness.models.checkpoints import PROVENANCE, read_checkpoint
+from harness.models.mix import mix_precision
 from harness.models.rounding import ROUNDINGS, split_rounding
 from harness.models.weights import quantized_dir
 from harness.recipes.frontier import points_png
-from harness.recipes.frontier_rows import COLUMNS, frontier_rows, say_best
+from harness.recipes.frontier_rows import COLUMNS, best_points, frontier_rows, say_best
 from harness.recipes.frontier_table import REFERENCE, RESOLVE, FrontierPoint, paired_table, sample_needed
 from harness.recipes.groups import GRANULARITIES
 from harness.runs.compare import answers_by_series, comparisons_csv
@@ -159,11 +161,12 @@ def search_points(args, steps: Steps) -> list[FrontierPoint]:
                 recipes = _recipes(where)
             made = recipes[name]
             points.append(FrontierPoint(f"{target} {name}", method, "search", budget, recipe=str(where / made["file"]),
-                                        detail=made["source"]))  # fmt: skip
+                                        detail=made["source"], searched_bits=made["bits"]))  # fmt: skip
             rule = made.get("best_rule") or {}
             if rule.get("file"):
                 points.append(FrontierPoint(f"{target} {name} rule", method, "rule", budget,
-                                            recipe=str(where / rule["file"]), detail=rule["name"]))  # fmt: skip
+                                            recipe=str(where / rule["file"]), detail=rule["name"],
+                                            searched_bits=rule["bits"]))  # fmt: skip
     return points
 
 
@@ -210,6 +213,12 @@ def point_bits(args, point: FrontierPoint, checkpoint: Path | None) -> float:
         return float(get_precision(get_model(args.model), point.key).weight_bits)
     found = read_checkpoint(checkpoint)
     if found.mix is not None:
+        if point.searched_bits is not None and abs(found.mix.bits - point.searched_bits) > 0.01:
+            raise UserError(
+                f"{checkpoint} stores {found.mix.bits:.3f} bits a weight where its recipe's search computed "
+                f"{point.searched_bits:.3f}: the recipe and the checkpoint disagree; move the checkpoint aside and "
+                "run the same command again"
+            )
         return found.mix.bits
     for method in args.methods:
         bits = read_json(args.out / "search" / method / "sensitivity.json", "a search record").get("bits", {})
@@ -269,7 +278,8 @@ def write_frontier(args, points: list[FrontierPoint], found: dict, record: dict)
     record["needed"] = [{"baseline": row.baseline, "variant": row.variant, "cell": f"{row.task} n={row.length}",
                          "n": row.n, "needed": count} for row, count in needed]  # fmt: skip
     atomic_write_text(args.out / RECORD, json.dumps(record, indent=1) + "\n")
-    say_best(rows, table, args.budgets)
+    deploy = {row.point: deployment(args, found[row.point][0]) for row in best_points(rows, args.budgets)}
+    say_best(rows, table, args.budgets, deploy)
     most = max((count for _, count in needed), default=0)
     if most > args.samples:
         print(
@@ -281,6 +291,21 @@ def write_frontier(args, points: list[FrontierPoint], found: dict, record: dict)
         f"wrote {args.out}/ (frontier.csv, comparisons.csv, frontier.png, {RECORD}); this run "
         f"{record['runs'][-1]['seconds']:.0f} s"
     )
+
+
+def deployment(args, point: FrontierPoint) -> str:
+    """How a point is served: the harness.eval line that runs it on vLLM here (its loaded layers checked against
+    its formats), or vLLM's own one line on why this machine cannot (no CPU kernel for NVFP4: a GPU)."""
+    model = get_model(args.model)
+    checkpoint = args.out / "checkpoints" / point.key
+    mix = read_checkpoint(checkpoint).mix if point.recipe else None
+    precision = mix_precision(model, mix, mix.label) if mix else get_precision(model, point.key)
+    try:
+        check_vllm_kernels(precision)
+    except UserError as missing:
+        return f"on vLLM: {missing}"
+    where = f"--model-path {checkpoint}" if point.recipe else f"--precision {point.key}"
+    return f"on vLLM: python -m harness.eval --backend vllm --model {args.model} {where}"
 
 
 def work_seconds(args, points: list[FrontierPoint], runs: dict) -> dict:

@@ -58,16 +58,30 @@ def frontier_rows(
     return rows
 
 
-def say_best(rows: Sequence[FrontierRow], table: Sequence[Comparison], budgets: Sequence[float]) -> None:
-    """The best point within each budget per cell, and each head-to-head pair's paired difference."""
+def best_points(rows: Sequence[FrontierRow], budgets: Sequence[float]) -> list[FrontierRow]:
+    """The best point (not fp32) within each budget, in each cell."""
+    found = []
+    for cell in dict.fromkeys((row.task, row.length) for row in rows):
+        here = [vars(row) for row in rows if (row.task, row.length) == cell and row.kind != "reference"]
+        found += [FrontierRow(**best) for budget in budgets if (best := best_within(here, budget))]
+    return found
+
+
+def say_best(
+    rows: Sequence[FrontierRow], table: Sequence[Comparison], budgets: Sequence[float], deploy: Mapping[str, str]
+) -> None:
+    """The best point within each budget per cell (and how it deploys: ``deploy``), and each head-to-head pair's
+    paired difference."""
+    best = best_points(rows, budgets)
     for task, length in dict.fromkeys((row.task, row.length) for row in rows):
-        cell = [row for row in rows if (row.task, row.length) == (task, length)]
-        print(f"{task} n={length} ({cell[0].n} problems a point):")
+        n = max(row.n for row in rows if (row.task, row.length) == (task, length))
+        print(f"{task} n={length} ({n} problems a point):")
         for budget in budgets:
-            best = best_within([vars(row) for row in cell if row.kind != "reference"], budget)
-            if best is not None:
-                print(f"  best within {budget:g} bits: {best['point']} ({best['bits']:.2f} bits) exact "
-                      f"{best['accuracy']:.3f} [{best['low']:.3f}, {best['high']:.3f}]")  # fmt: skip
+            within = [row for row in best if (row.task, row.length) == (task, length) and row.bits <= budget + 1e-9]
+            if within:
+                top = max(within, key=lambda row: (row.accuracy, -row.bits))
+                print(f"  best within {budget:g} bits: {top.point} ({top.bits:.2f} bits) exact {top.accuracy:.3f} "
+                      f"[{top.low:.3f}, {top.high:.3f}]; {deploy[top.point]}")  # fmt: skip
         for row in table:
             if (row.task, row.length) != (task, str(length)) or row.baseline == REFERENCE:
                 continue

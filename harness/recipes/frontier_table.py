@@ -39,6 +39,7 @@ class FrontierPoint:
     precision: str | None = None
     recipe: str | None = None  # the recipe file the checkpoint is made from
     detail: str = ""  # a rule's name; where the search's mix came from
+    searched_bits: float | None = None  # a mix's bits as the search computed them, checked against its checkpoint
 
     @property
     def key(self) -> str:

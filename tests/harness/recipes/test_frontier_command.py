@@ -70,6 +70,8 @@ def test_the_frontier_pairs_real_checkpoints_and_a_second_run_redoes_nothing(cac
     against = {row["variant"] for row in table if row["baseline"] == "fp32"}
     assert against == set(points) - {"fp32"} and {int(row["family"]) for row in table} == {len(table)}
     assert (out / "frontier.png").read_bytes()[:4] == b"\x89PNG" and "best within 5.5 bits" in said
+    (best,) = [line for line in said.splitlines() if "best within 5.5 bits" in line]
+    assert "on vLLM: " in best, "how the recommended point deploys (NVFP4 here: vLLM's CPU build has no kernel)"
 
     made = {path: path.stat().st_mtime_ns for path in (out / "checkpoints").iterdir()}
 
