@@ -166,8 +166,11 @@ def read_numeral(segment: str, base: int, expression: str | None = None, before:
     return value
 
 
-# An aside after a numeral that may restate it: "(110 in base 10)", "(= 17 in decimal)", "(one hundred thirty-two)"
-_ASIDE = re.compile(r"\s*\(\s*(?:=|i\.e\.,?|that\s+is,?)?\s*(?P<said>[^()]+?)\s*\)\s*")
+# An aside after a numeral that may restate it: "(110 in base 10)", "(= 17 in decimal)", "(one hundred thirty-two)",
+# "(that's five hundred twelve)", "(which is 0x200)"
+_ASIDE = re.compile(
+    r"\s*\(\s*(?:=|i\.e\.,?|that\s+is,?|that's,?|which\s+is,?|or,?)?\s*(?P<said>[^()]+?)\s*\)\s*", re.IGNORECASE
+)
 
 
 def _value(match: re.Match[str], base: int) -> Extraction | str:

@@ -222,6 +222,9 @@ READERS = (
             Example("23 * 96 = 2070 + 138 = 2208", "23 * 96", "2208", "equals"),
             Example("47 + 85 = 132\nI'm 100% sure of it.", "47 + 85", "132", "equals", modes=FREE),
             Example("Is it 122? No: 47 + 85 = 132.", "47 + 85", "132", "equals"),
+            Example("47 + 85 = 132 (that's one hundred thirty-two).", "47 + 85", "132", "equals"),
+            Example("47 + 85 = 132 (which is 0x84)", "47 + 85", "132", "equals"),
+            Example("47 + 85 = 132 (that's 0x85)", "47 + 85", None, _none(Refusal.SECOND_NUMERAL)),
         ),
     ),
     Reader(
