@@ -273,7 +273,7 @@ def write_frontier(args, points: list[FrontierPoint], found: dict, record: dict)
     title = f"{args.model}: {args.precision} by {', '.join(args.methods)}, mixes with {args.keep}"
     atomic_write_bytes(args.out / "frontier.png", points_png(rows, title))
     needed = sample_needed(table, points)
-    record["points"] = [dict(vars(point), bits=bits[point.name]) for point in points]
+    record["points"] = [dict(vars(point), key=point.key, bits=bits[point.name]) for point in points]
     record["seconds"] = work_seconds(args, points, runs)
     record["needed"] = [{"baseline": row.baseline, "variant": row.variant, "cell": f"{row.task} n={row.length}",
                          "n": row.n, "needed": count} for row, count in needed]  # fmt: skip

@@ -17,8 +17,11 @@ pair shows (harness/recipes/confirm.py's ``problems_needed``).
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
 
 from harness.recipes.confirm import problems_needed
 from harness.runs.compare import Answers, Comparison, holm_adjusted, pair_cells
@@ -41,10 +44,19 @@ class FrontierPoint:
     detail: str = ""  # a rule's name; where the search's mix came from
     searched_bits: float | None = None  # a mix's bits as the search computed them, checked against its checkpoint
 
-    @property
+    @cached_property
     def key(self) -> str:
-        """The checkpoint and evaluation directory's name: a recipe's by its file, a precision's by its name."""
-        return self.precision or self.name.replace(" ", "-")
+        """The checkpoint and evaluation directory's name: a precision's name, or a recipe's by what it quantizes
+        (its text but the comments: two budgets' recipes that keep the same layers are one checkpoint).
+
+        >>> FrontierPoint("fp32", "", "reference", precision="fp32").key
+        'fp32'
+        """
+        if self.precision:
+            return self.precision
+        lines = Path(self.recipe).read_text(encoding="utf-8").splitlines()
+        settings = "\n".join(line for line in lines if not line.lstrip().startswith("#"))
+        return f"{self.name.split()[0]}-mix-{hashlib.sha256(settings.encode()).hexdigest()[:10]}"
 
 
 def head_to_head(points: Sequence[FrontierPoint]) -> list[tuple[str, str]]:

@@ -62,7 +62,7 @@ def test_the_frontier_pairs_real_checkpoints_and_a_second_run_redoes_nothing(cac
         rows = {row["point"]: row for row in csv.DictReader(handle)}
     assert set(rows) == set(points)
     for name, point in points.items():
-        samples = read_samples_file(out / "evals" / point["name"].replace(" ", "-") / "samples.jsonl").samples
+        samples = read_samples_file(out / "evals" / point["key"] / "samples.jsonl").samples
         assert int(rows[name]["n"]) == len(samples) == 6
         assert int(rows[name]["correct"]) == sum(sample["correct"] for sample in samples), name
     with open(out / "comparisons.csv", newline="") as handle:
