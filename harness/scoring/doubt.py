@@ -6,8 +6,8 @@ must be one of:
 - A, or A restated: in words, or (for ``mul:trunc=L``) the whole product whose last L digits A is;
 - an operand of the asked question, or working of it: a number inside an equation that holds (``7 + 5 = 12``,
   ``23 * 6 = 138``), a single digit (a carry, a column's digit, a count, a list's or a step's number), a sum of some
-  of the operands (``27 + 48`` on the way to ``27 + 48 + 19``), a place value of an operand or a partial product
-  (``23 * 90 = 2070``: 90 and 2070);
+  of the operands (``27 + 48`` on the way to ``27 + 48 + 19``), a column's sum (``3 and 9 make 12``), a place value
+  of an operand, a partial product (``23 * 90 = 2070``: 90 and 2070) or a product of two digits and a carry;
 - a number of a prompt example (its operands or result);
 - a percentage (``100% sure``), a number glued to letters (``2nd``, ``0x84``, ``1011₂``: another base's digits are the
   readers' to judge), a base's name (``in base 10``);
@@ -28,6 +28,8 @@ numbers an output writes, and the readers' base rules judge them.
 >>> unexplained("3 + 9 = 12, carry 1; 2 + 8 + 1 = 11; 123 + 389 = 512. Step 2 done.", "512", asked, 10) is None
 True
 >>> unexplained("123 + 389 = 512 (I'm 100% sure), five hundred twelve.", "512", asked, 10) is None
+True
+>>> unexplained("the hundreds (100 + 300 = 400), the tens (20 + 80 = 100): 512", "512", asked, 10) is None
 True
 """
 
@@ -121,6 +123,10 @@ def _holding_equations(text: str) -> list[tuple[int, int]]:
 def _evaluate(side: str) -> int | None:
     """An equation side's value (integers, + - * and brackets only), or None where it is not one."""
     expression = side.translate(_OPERATORS).strip()
+    while expression.startswith("(") and expression.count("(") > expression.count(")"):
+        expression = expression[1:].strip()  # a bracket opened before the equation: "(100 + 300 = 400)"
+    while expression.endswith(")") and expression.count(")") > expression.count("("):
+        expression = expression[:-1].strip()
     if not expression or not _SAFE.fullmatch(expression) or "**" in expression or len(expression) > 200:
         return None
     try:
@@ -157,7 +163,10 @@ def _working(question: Question) -> frozenset[str]:
         for size in range(2, len(operands) + 1):
             if size <= 6:
                 found |= {str(sum(chosen)) for chosen in combinations(operands, size)}
+        found |= _column_sums(operands)
     elif len(operands) == 2:
+        digits = [[int(digit) for digit in str(operand)] for operand in operands]
+        found |= {str(one * other + carry) for one in digits[0] for other in digits[1] for carry in range(9)}
         for left, right in ((operands[0], operands[1]), (operands[1], operands[0])):
             running = 0
             for part in reversed(places[right]):
@@ -165,6 +174,16 @@ def _working(question: Question) -> frozenset[str]:
                 running += left * part
                 found.add(str(running))
     return frozenset(found)
+
+
+def _column_sums(operands: list[int]) -> set[str]:
+    """The column sums of adding ``operands`` by hand, with and without the carry in: 123 + 389 -> 12, 10, 11, 4, 5."""
+    found, carry, place = set(), 0, 1
+    while place <= max(operands):
+        column = sum(operand // place % 10 for operand in operands)
+        found |= {str(column), str(column + carry)}
+        carry, place = (column + carry) // 10, place * 10
+    return found
 
 
 def _place_values(number: int) -> list[int]:

@@ -219,6 +219,16 @@ READERS = (
                 modes=FREE,
             ),
             Example("7 + 5 = 12, carry 1; 4 + 8 + 1 = 13; so 47 + 85 = 132.", "47 + 85", "132", "equals"),
+            Example(
+                "7 and 5 make 12; 4 and 8 and 1 make 13. The answer is 132.", "47 + 85", "132", "final", modes=FREE
+            ),
+            Example(
+                "The tens (40 + 80 = 120) and the ones (7 + 5 = 12).\nThe answer is 132.",
+                "47 + 85",
+                "132",
+                "final",
+                modes=FREE,
+            ),
             Example("23 * 96 = 2070 + 138 = 2208", "23 * 96", "2208", "equals"),
             Example("47 + 85 = 132\nI'm 100% sure of it.", "47 + 85", "132", "equals", modes=FREE),
             Example("Is it 122? No: 47 + 85 = 132.", "47 + 85", "132", "equals"),
