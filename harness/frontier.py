@@ -39,9 +39,16 @@ from harness.models.rounding import ROUNDINGS, split_rounding
 from harness.models.weights import quantized_dir
 from harness.recipes.frontier import points_png
 from harness.recipes.frontier_rows import COLUMNS, best_points, frontier_rows, say_best
-from harness.recipes.frontier_table import REFERENCE, RESOLVE, FrontierPoint, paired_table, sample_needed
+from harness.recipes.frontier_table import (
+    REFERENCE,
+    RESOLVE,
+    FrontierPoint,
+    paired_table,
+    recipe_settings,
+    sample_needed,
+)
 from harness.recipes.groups import GRANULARITIES
-from harness.runs.compare import answers_by_series, comparisons_csv
+from harness.runs.compare import SIGNIFICANCE, answers_by_series, comparisons_csv
 from harness.runs.results import csv_text
 from harness.runs.stored import read_finished
 
@@ -188,8 +195,9 @@ def checkpoint_of(args, point: FrontierPoint, steps: Steps) -> Path | None:
             steps.run(f"quantize {point.key}", "harness.quantize", ["--model", args.model, "--precision", point.key])
         return made
     made = args.out / "checkpoints" / point.key
-    recipe = Path(point.recipe).read_text(encoding="utf-8")
-    if not (made / PROVENANCE).is_file() or read_json(made / PROVENANCE, str(made)).get("recipe_file") != recipe:
+    recipe = recipe_settings(Path(point.recipe).read_text(encoding="utf-8"))
+    made_from = read_json(made / PROVENANCE, str(made)).get("recipe_file") if (made / PROVENANCE).is_file() else None
+    if not isinstance(made_from, str) or recipe_settings(made_from) != recipe:  # made from other settings: again
         argv = ["--model", args.model, "--recipe", point.recipe, "--out", str(made)]
         steps.run(f"quantize {point.key}", "harness.quantize", argv)
     return made
@@ -276,17 +284,21 @@ def write_frontier(args, points: list[FrontierPoint], found: dict, record: dict)
     record["points"] = [dict(vars(point), key=point.key, bits=bits[point.name]) for point in points]
     record["seconds"] = work_seconds(args, points, runs)
     record["needed"] = [{"baseline": row.baseline, "variant": row.variant, "cell": f"{row.task} n={row.length}",
-                         "n": row.n, "needed": count} for row, count in needed]  # fmt: skip
+                         "n": row.n, "needed": count, "resolved": row.p_holm < SIGNIFICANCE}
+                        for row, count in needed]  # fmt: skip
     atomic_write_text(args.out / RECORD, json.dumps(record, indent=1) + "\n")
     deploy = {row.point: deployment(args, found[row.point][0]) for row in best_points(rows, args.budgets)}
     say_best(rows, table, args.budgets, deploy)
-    most = max((count for _, count in needed), default=0)
+    open_pairs = [(row, count) for row, count in needed if row.p_holm >= SIGNIFICANCE]
+    most = max((count for _, count in open_pairs), default=0)
     if most > args.samples:
         print(
-            f"to resolve a {RESOLVE:.0%} difference in every head-to-head pair at the discordance seen, a cell needs "
-            f"about {most} problems; this frontier has {args.samples}: run it again with --samples {most} into "
-            "another --out"
+            f"{len(open_pairs)} head-to-head pair(s) not resolved: to resolve a {RESOLVE:.0%} difference at the "
+            f"discordance seen, a cell needs about {most} problems; this frontier has {args.samples}: run it again "
+            f"with --samples {most} into another --out"
         )
+    elif needed:
+        print(f"every head-to-head pair is resolved (Holm p < {SIGNIFICANCE}) at {args.samples} problems a cell")
     print(
         f"wrote {args.out}/ (frontier.csv, comparisons.csv, frontier.png, {RECORD}); this run "
         f"{record['runs'][-1]['seconds']:.0f} s"

@@ -12,7 +12,7 @@ table, one family:
 
 The Pareto set (no other point answers at least as well with at most as many bits, one of them strictly) is marked
 per cell; the problems a cell needs are those that resolve a 5-point difference at the discordance each head-to-head
-pair shows (harness/recipes/confirm.py's ``problems_needed``).
+pair shows (harness/recipes/confirm.py's ``problems_needed``), asked for where a pair is not yet resolved.
 """
 
 from __future__ import annotations
@@ -54,9 +54,17 @@ class FrontierPoint:
         """
         if self.precision:
             return self.precision
-        lines = Path(self.recipe).read_text(encoding="utf-8").splitlines()
-        settings = "\n".join(line for line in lines if not line.lstrip().startswith("#"))
+        settings = recipe_settings(Path(self.recipe).read_text(encoding="utf-8"))
         return f"{self.name.split()[0]}-mix-{hashlib.sha256(settings.encode()).hexdigest()[:10]}"
+
+
+def recipe_settings(text: str) -> str:
+    """A recipe's text but its comments: what a checkpoint made from it depends on.
+
+    >>> recipe_settings("# within 5 bits\\nstage: {}\\n") == recipe_settings("# within 6 bits\\nstage: {}")
+    True
+    """
+    return "\n".join(line for line in text.splitlines() if not line.lstrip().startswith("#"))
 
 
 def head_to_head(points: Sequence[FrontierPoint]) -> list[tuple[str, str]]:
