@@ -57,8 +57,9 @@ _WORD_NUMBER = re.compile(rf"\b(?:{WORDS.pattern})\b", re.IGNORECASE)
 # Before a number in its clause: a base's name ("in base 10", "base-2"), a denial ("not 122", "isn't 122")
 _NOT_A_VALUE = re.compile(r"\bbase[\s-]*$|(?:\bnot|\bnever|n't)\b[^,;:.!?]*$", re.IGNORECASE)
 # What every number word holds one of: a text without any has no number in words (a scan for these is quicker)
-_STEMS = re.compile("zero|one|two|thr|four|five|six|seven|eight|nine|ten|eleven|twel|twen|fort|fift|hundred|thousand"
-                    "|illion", re.IGNORECASE)  # fmt: skip
+_STEMS = re.compile(
+    "zero|one|two|thr|four|five|six|seven|eight|nine|ten|eleven|twel|twen|fort|fift|hundred|thousand|illion"
+)  # fmt: skip  (searched in the lowered text)
 _CLAUSE = re.compile(r"[,;:.!?\n]")
 _SENTENCE_END = re.compile(r"[.!?\n]")
 
@@ -69,13 +70,14 @@ def unexplained(text: str, answer: str, question: Question, base: int) -> tuple[
     if base != 10:
         return None
     wanted = question.value(answer)
-    others = set(_DIGITS.findall(text)).difference(wanted, *question.operands)
-    if all(len(run) == 1 or run.lstrip("0") in (wanted, *question.operands) for run in others) and not (
-        text.strip(_NOT_A_LETTER) and _STEMS.search(text)
-    ):
+    others = set(_DIGITS.findall(text))
+    others.difference_update((wanted, *question.operands))
+    plain = not others or all(len(run) == 1 or run.lstrip("0") in (wanted, *question.operands) for run in others)
+    words = bool(text.strip(_NOT_A_LETTER)) and _STEMS.search(text.lower()) is not None
+    if plain and not words:
         return None  # only the answer, the operands and digits: most outputs, decided in one scan
     held = None  # the equations that hold: found only where a number needs them
-    for start, end, value in _numbers(text):
+    for start, end, value in _numbers(text, words):
         if len(value) == 1 or value in question.operands or value == wanted or question.value(value) == wanted:
             continue  # the common case, decided without the working's values
         if value in _working(question) or value in _examples() or _not_stated(text, start, end):
@@ -97,10 +99,11 @@ def _not_stated(text: str, start: int, end: int) -> bool:
     return sentence_end is not None and text[sentence_end.start()] == "?"
 
 
-def _numbers(text: str) -> list[tuple[int, int, str]]:
-    """Every numeral and run of number words of ``text``: (start, end, value as normalised decimal digits)."""
+def _numbers(text: str, words: bool) -> list[tuple[int, int, str]]:
+    """Every numeral and (where ``words`` may be there) run of number words of ``text``: (start, end, value as
+    normalised decimal digits)."""
     found = [(m.start(), m.end(), m.group().replace(",", "").lstrip("0") or "0") for m in _NUMERAL.finditer(text)]
-    if _STEMS.search(text):
+    if words:
         for words in _WORD_NUMBER.finditer(text):
             value = from_words(words.group(), 10)
             if value is not None:

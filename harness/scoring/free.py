@@ -191,9 +191,10 @@ def read_free(text: str, question: Question, base: int, expression: str) -> Extr
             continue  # the answer to a question the output invented (harness/scoring/invented.py)
         cut = invented_at(line, question, base)
         invented = cut is not None
-        line = line[:cut].rstrip() if invented else line
-        if not _ALNUM.search(line):
-            continue
+        if invented:
+            line = line[:cut].rstrip()
+            if not _ALNUM.search(line):
+                continue
         if is_label(line):
             carry = "The final answer is"
             continue

@@ -30,6 +30,7 @@ from harness.scoring.structured import boxes, lone_box
 from harness.scoring.verdicts import Extraction, Refusal, refused
 
 _DECIMAL_NUMBER = re.compile(r"\d")
+_NO_NUMERAL = Refusal.NO_NUMERAL.value
 _MATH_DELIMITERS = re.compile(r"\\[()\[\]]")  # \( \) \[ \]: LaTeX math mode, markup only
 _TEXT_WRAPPER = re.compile(r"\\(?:text|textbf|mathrm|mathbf|mathit)\s*\{([^{}]*)\}")  # \text{15}: markup around it
 _LATEX_TIMES = re.compile(r"\\(?:times|cdot)(?![a-z])")
@@ -131,7 +132,12 @@ def _statement_reading(line: str, statement: Statement, boundaries: list[int], f
     labels = limit < len(line) and (not _DECIMAL_NUMBER.search(segment) or line[limit] == "=")
     if isinstance(found, Extraction) and labels:
         return None  # words only, or the left side of an equation, before the next statement: a label too
-    if found == refused(Refusal.NO_NUMERAL) and statement.rule == "keyword" and not _DECIMAL_NUMBER.search(segment):
+    if (
+        statement.rule == "keyword"
+        and isinstance(found, Extraction)
+        and found.rule == _NO_NUMERAL
+        and not (_DECIMAL_NUMBER.search(segment))
+    ):
         return None  # words about the answer, not its value: "let me know if my answer is wrong"
     if isinstance(found, str) and (segment.rstrip(MARKUP).endswith("?") or line[end : end + 1] == "?"):
         found = refused(Refusal.ASKED)

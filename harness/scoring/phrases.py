@@ -75,8 +75,8 @@ def keyword_statements(line: str, question: Question, base: int) -> list[Stateme
                 found.append(Statement(noun.start(), match.end(), "keyword"))
         elif question.is_named_in(match["about"], base):
             found.append(Statement(noun.start(), match.end(), "keyword"))
-    for label in FINAL_LABEL.finditer(line):
-        found.append(Statement(label.start(), label.end(), "keyword"))
+    if "inal" in line or "INAL" in line:  # "Final Answer 512": a scan only where "final" may be
+        found += [Statement(label.start(), label.end(), "keyword") for label in FINAL_LABEL.finditer(line)]
     for verb in _COPULA.finditer(line):
         if question.is_asked(line, verb.start(), base):
             found.append(Statement(verb.start(), verb.end(), "keyword"))
