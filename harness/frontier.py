@@ -37,6 +37,7 @@ from harness.models.checkpoints import PROVENANCE, read_checkpoint
 from harness.models.mix import mix_precision
 from harness.models.rounding import ROUNDINGS, split_rounding
 from harness.models.weights import quantized_dir
+from harness.questions.problems import parse_task
 from harness.recipes.frontier import points_png
 from harness.recipes.frontier_rows import COLUMNS, best_points, frontier_rows, say_best
 from harness.recipes.frontier_table import (
@@ -209,8 +210,22 @@ def evaluate(args, point: FrontierPoint, checkpoint: Path | None, steps: Steps) 
     argv = ["--model", args.model, "--tasks", ",".join(args.tasks), "--lengths", ",".join(map(str, args.lengths))]
     argv += ["--samples", str(args.samples), "--seed", str(args.seed), "--out", str(where)]
     argv += ["--model-path", str(checkpoint)] if point.recipe else ["--precision", point.key]
-    steps.run(f"evaluate {point.key}", "harness.eval", argv)
+    if not evaluated(args, where):
+        steps.run(f"evaluate {point.key}", "harness.eval", argv)
     return where
+
+
+def evaluated(args, where: Path) -> bool:
+    """Whether ``where`` is a finished run of every asked cell at --samples and --seed (its files checked against
+    each other): its evaluation is not started again."""
+    if not (where / "results.csv").is_file():
+        return False
+    try:
+        rows = read_finished(where).rows
+    except UserError:
+        return False  # harness.eval repairs or finishes it, or says why it cannot
+    done = {(row.key.task_label, row.length) for row in rows if row.n == args.samples and row.seed == args.seed}
+    return {(parse_task(task).label, length) for task in args.tasks for length in args.lengths} <= done
 
 
 def point_bits(args, point: FrontierPoint, checkpoint: Path | None) -> float:
