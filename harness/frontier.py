@@ -271,8 +271,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             for point in points:
                 checkpoint = checkpoint_of(args, point, steps)
                 bar.update()
-                evaluated = evaluate(args, point, checkpoint, steps)
-                found[point.name] = (point, evaluated, point_bits(args, point, checkpoint))
+                where = evaluate(args, point, checkpoint, steps)
+                found[point.name] = (point, where, point_bits(args, point, checkpoint))
                 bar.update()
         except StepFailed as failed:
             print(f"error: {failed}; the same command resumes", file=sys.stderr)
@@ -302,7 +302,7 @@ def write_frontier(args, points: list[FrontierPoint], found: dict, record: dict)
                          "n": row.n, "needed": count, "resolved": row.p_holm < SIGNIFICANCE}
                         for row, count in needed]  # fmt: skip
     atomic_write_text(args.out / RECORD, json.dumps(record, indent=1) + "\n")
-    deploy = {row.point: deployment(args, found[row.point][0]) for row in best_points(rows, args.budgets)}
+    deploy = {row.point: deployment(args, found[row.point][0]) for _, row in best_points(rows, args.budgets)}
     say_best(rows, table, args.budgets, deploy)
     open_pairs = [(row, count) for row, count in needed if row.p_holm >= SIGNIFICANCE]
     most = max((count for _, count in open_pairs), default=0)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields
 
-from harness.recipes.frontier_table import REFERENCE, FrontierPoint, best_within, pareto
+from harness.recipes.frontier_table import REFERENCE, FrontierPoint, pareto
 from harness.runs.compare import SIGNIFICANCE, Answers, Comparison, wilson_interval
 
 
@@ -58,12 +58,16 @@ def frontier_rows(
     return rows
 
 
-def best_points(rows: Sequence[FrontierRow], budgets: Sequence[float]) -> list[FrontierRow]:
-    """The best point (not fp32) within each budget, in each cell."""
+def best_points(rows: Sequence[FrontierRow], budgets: Sequence[float]) -> list[tuple[float, FrontierRow]]:
+    """(budget, the most accurate point within it, fp32 apart; of two alike the one of fewer bits), each cell's in
+    turn."""
     found = []
     for cell in dict.fromkeys((row.task, row.length) for row in rows):
-        here = [vars(row) for row in rows if (row.task, row.length) == cell and row.kind != "reference"]
-        found += [FrontierRow(**best) for budget in budgets if (best := best_within(here, budget))]
+        here = [row for row in rows if (row.task, row.length) == cell and row.kind != "reference"]
+        for budget in budgets:
+            within = [row for row in here if row.bits <= budget + 1e-9]
+            if within:
+                found.append((budget, max(within, key=lambda row: (row.accuracy, -row.bits))))
     return found
 
 
@@ -76,10 +80,8 @@ def say_best(
     for task, length in dict.fromkeys((row.task, row.length) for row in rows):
         n = max(row.n for row in rows if (row.task, row.length) == (task, length))
         print(f"{task} n={length} ({n} problems a point):")
-        for budget in budgets:
-            within = [row for row in best if (row.task, row.length) == (task, length) and row.bits <= budget + 1e-9]
-            if within:
-                top = max(within, key=lambda row: (row.accuracy, -row.bits))
+        for budget, top in best:
+            if (top.task, top.length) == (task, length):
                 print(f"  best within {budget:g} bits: {top.point} ({top.bits:.2f} bits) exact {top.accuracy:.3f} "
                       f"[{top.low:.3f}, {top.high:.3f}]; {deploy[top.point]}")  # fmt: skip
         for row in table:

@@ -125,10 +125,3 @@ def sample_needed(table: Sequence[Comparison], points: Sequence[FrontierPoint]) 
         for row in table
         if (row.baseline, row.variant) in pairs and row.length != "all"
     ]
-
-
-def best_within(rows: Sequence[dict], budget: float) -> dict | None:
-    """Of a cell's frontier rows (point, bits, accuracy), the most accurate within ``budget`` bits, fewer bits
-    first among equals."""
-    within = [row for row in rows if row["bits"] <= budget + 1e-9]
-    return max(within, key=lambda row: (row["accuracy"], -row["bits"])) if within else None

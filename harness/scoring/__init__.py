@@ -18,9 +18,9 @@ from __future__ import annotations
 from typing import Protocol
 
 from harness.questions.thinking import split_thinking, unwrapped
-from harness.scoring.doubt import unexplained
+from harness.scoring.doubt import doubted
 from harness.scoring.free import read_free
-from harness.scoring.invented import invented_at
+from harness.scoring.invented import before_invented
 from harness.scoring.line import clean, read_line
 from harness.scoring.numerals import is_correct, is_numeral, read_numeral
 from harness.scoring.question import Question
@@ -32,7 +32,6 @@ from harness.scoring.verdicts import (
     Refusal,
     is_conflict,
     refused,
-    unexplained_number,
 )
 
 __all__ = ["CONFLICT", "RULES", "TRUNCATED", "Extraction", "Question", "Refusal", "extract", "is_correct"]
@@ -71,13 +70,9 @@ def extract(
         found = read_free(answer.answer_text(text), question, base, expression)
     else:
         line = clean(unwrapped(answer.answer_text(text) if answer is not None else _first_line(text)), base)
-        invented = invented_at(line, question, base)
-        line = line[:invented].rstrip() if invented is not None else line
-        empty = Refusal.NOT_THE_QUESTION if invented is not None else Refusal.EMPTY
-        found = read_line(line, question, base, expression) if line else refused(empty)
-        span = unexplained(line, found.answer, question, base) if found.answer is not None else None
-        if span is not None:  # a number no reading explains (harness/scoring/doubt.py)
-            found = unexplained_number(line[span[0] : span[1]])
+        line, invented = before_invented(line, question, base)
+        empty = Refusal.NOT_THE_QUESTION if invented else Refusal.EMPTY
+        found = doubted(read_line(line, question, base, expression), line, question, base) if line else refused(empty)
     if found.answer is None or question.last_digits is None:
         return found
     return Extraction(question.answer(found.answer), found.rule)

@@ -36,6 +36,7 @@ True
 from __future__ import annotations
 
 import ast
+import math
 import re
 from functools import cache
 from itertools import combinations
@@ -43,6 +44,7 @@ from itertools import combinations
 from harness.scoring.numerals import normal
 from harness.scoring.question import Question, example_questions
 from harness.scoring.values import WORDS, from_words
+from harness.scoring.verdicts import Extraction, unexplained_number
 
 # A decimal numeral standing alone: not glued to letters, a base mark or a decimal point, thousands commas allowed
 _NUMERAL = re.compile(r"(?<![\w.₀-₉])\d{1,3}(?:,\d{3})+(?![\w₀-₉%]|[.,]\d)|(?<![\w.,₀-₉])\d+(?![\w₀-₉%]|[.,]\d)")
@@ -62,6 +64,13 @@ _STEMS = re.compile(
 )  # fmt: skip  (searched in the lowered text)
 _CLAUSE = re.compile(r"[,;:.!?\n]")
 _SENTENCE_END = re.compile(r"[.!?\n]")
+
+
+def doubted(found: Extraction, text: str, question: Question, base: int) -> Extraction:
+    """``found`` (a reading of ``text``), or the conflict naming the first number of ``text`` its answer does not
+    explain (both answer modes call this on the text they read)."""
+    span = unexplained(text, found.answer, question, base) if found.answer is not None else None
+    return found if span is None else unexplained_number(text[span[0] : span[1]])
 
 
 def unexplained(text: str, answer: str, question: Question, base: int) -> tuple[int, int] | None:
@@ -202,13 +211,6 @@ def _examples() -> frozenset[str]:
     for operator, operands in example_questions(10):
         values = [int(operand) for operand in operands]
         found |= {str(value) for value in values}
-        result = sum(values) if operator == "+" else _product(values)
+        result = sum(values) if operator == "+" else math.prod(values)
         found.add(str(result))
     return frozenset(found)
-
-
-def _product(values: list[int]) -> int:
-    result = 1
-    for value in values:
-        result *= value
-    return result

@@ -23,16 +23,16 @@ import re
 from dataclasses import dataclass
 
 from harness.questions.thinking import unwrapped
-from harness.scoring.doubt import unexplained
+from harness.scoring.doubt import doubted
 from harness.scoring.equations import clause_end, partial_sums
-from harness.scoring.invented import ANSWER_LINE, invented_at
+from harness.scoring.invented import ANSWER_LINE, before_invented
 from harness.scoring.line import clean, read_line
 from harness.scoring.numerals import MARKUP, read_numeral
 from harness.scoring.phrases import CONFIRMATION, FINAL_PHRASE, is_label
 from harness.scoring.question import Question
 from harness.scoring.retractions import CORRECTED, REPLACE, RESTART, RETRACT, SENTENCE_END, retractions
 from harness.scoring.structured import json_objects
-from harness.scoring.verdicts import Extraction, Refusal, refused, unexplained_number
+from harness.scoring.verdicts import Extraction, Refusal, refused
 
 _DECIMAL_NUMBER = re.compile(r"\d")
 # A check of the answer ("Check: 67 + 58 = 125", "Let me verify: ..."): what it states is working beside a statement
@@ -189,12 +189,9 @@ def read_free(text: str, question: Question, base: int, expression: str) -> Extr
         if invented and ANSWER_LINE.match(line):
             invented = False
             continue  # the answer to a question the output invented (harness/scoring/invented.py)
-        cut = invented_at(line, question, base)
-        invented = cut is not None
-        if invented:
-            line = line[:cut].rstrip()
-            if not _ALNUM.search(line):
-                continue
+        line, invented = before_invented(line, question, base)
+        if invented and not _ALNUM.search(line):
+            continue
         if is_label(line):
             carry = "The final answer is"
             continue
@@ -208,9 +205,4 @@ def read_free(text: str, question: Question, base: int, expression: str) -> Extr
             carry = line.rstrip(MARKUP)  # "58 + 67 =", "The sum is:": the next line completes it
             continue
         reader.read(line, number)
-    found = reader.verdict()
-    doubted = "\n".join(reader.doubted)
-    span = unexplained(doubted, found.answer, question, base) if found.answer is not None else None
-    if span is not None:  # a number no reading explains (harness/scoring/doubt.py)
-        return unexplained_number(doubted[span[0] : span[1]])
-    return found
+    return doubted(reader.verdict(), "\n".join(reader.doubted), question, base)

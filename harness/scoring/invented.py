@@ -35,3 +35,9 @@ def invented_at(line: str, question: Question, base: int) -> int | None:
         if not question.is_named_in(asked, base):
             return found.start()
     return None
+
+
+def before_invented(line: str, question: Question, base: int) -> tuple[str, bool]:
+    """``line`` up to where a question the output invents opens, and whether one does."""
+    cut = invented_at(line, question, base)
+    return (line, False) if cut is None else (line[:cut].rstrip(), True)
