@@ -8,7 +8,8 @@ TARGET, this group at KEEP) and quantize one (only this group at TARGET), by the
 gold answer and its exact match (harness/recipes/). The problems come from the calibration stream of --seed, never
 the evaluation's. Both precisions' checkpoints are the ones harness.eval loads (harness.quantize makes them).
 Writes table.csv (appended as it goes: the same command resumes a killed one, and reuses a finished one), heatmap.png
-and sensitivity.json (what the table was computed for, each phase's time, the layers' stored bits).
+and sensitivity.json (what the table was computed for, each phase's time, the layers' stored bits). A recipe's search
+appends each mix it scores to mixes.jsonl, which another budget's search of the same table reads back.
 """
 
 from __future__ import annotations
@@ -50,6 +51,7 @@ from harness.recipes.teacher import score, teacher_batch
 from harness.runs.compare import comparisons_csv
 
 RECORD = "sensitivity.json"
+MIXES = "mixes.jsonl"  # the search's mixes scored whole, per problem (harness/recipes/mix_scores.py)
 RUNS_ON = ("cast", "compressed")  # what the transformers backend loads layer by layer
 
 
@@ -256,7 +258,8 @@ def write_recipe(args, model: str, space: MixSpace, precisions: tuple, mixer: Mi
     reference = reference_model(model) if wanted else None  # fp32, loaded once for the search and confirmation
     started = time.perf_counter()
     with tqdm(desc="scoring mixes whole", unit="mix", leave=False, file=sys.stderr) as bar:
-        mixes = MixScores(mixer, batch, _pad(mixer), lambda: bar.update())
+        # the mixes scored are kept in --out: another budget's search, or this one after a kill, reads them back
+        mixes = MixScores(mixer, batch, _pad(mixer), lambda: bar.update(), store=args.out / MIXES)
         search = MixSearch(space, mixes, rules(groups), gains, args.candidates)
         if args.margin is None:
             found = search.within(args.budget_bits)
@@ -285,7 +288,7 @@ def write_recipe(args, model: str, space: MixSpace, precisions: tuple, mixer: Mi
     print(f"wrote {path}")
     made = {"name": name, "kept": list(found.kept), "layers": len(kept), "bits": found.bits,
             "exact": found.point.exact, "logprob": found.point.logprob, "file": path.name, "source": found.source,
-            "scored": found.scored, "best_rule": best_rule_record(space, found),
+            "scored": found.scored, "computed": mixes.passes, "best_rule": best_rule_record(space, found),
             "seconds": round(time.perf_counter() - started, 1)}  # fmt: skip
     if made["best_rule"] is not None and set(found.best_rule[1]) != set(found.kept):
         # the simple alternative a frontier pairs the recipe against, as a checkpoint of its own

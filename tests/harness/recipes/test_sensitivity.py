@@ -27,7 +27,7 @@ from harness.models.weights import cache_root, quantized_dir
 from harness.questions.problems import HELD_OUT_COUNT, generate, heldout_problems, parse_task
 from harness.recipes.bits import mean_bits, precision_bits
 from harness.recipes.groups import KINDS, Group, module_groups
-from harness.recipes.mix_scores import MixScores
+from harness.recipes.mix_scores import MixScores, read_store
 from harness.recipes.mixer import Mixer
 from harness.recipes.rules import rules
 from harness.recipes.table import COLUMNS, cell_rows, fill_table, jobs
@@ -132,6 +132,46 @@ def test_a_mix_computed_from_a_recorded_mix_is_a_whole_pass(mixer):
     assert torch.equal(replayed.logprob, whole.logprob) and torch.equal(replayed.exact, whole.exact)
 
 
+def test_a_stored_mix_is_read_back_not_scored_again(mixer, tmp_path):
+    """Another budget's search walks the same path: with a store, each mix scored is appended as it is scored, and
+    a second search reads it back bit for bit with no forward pass; a line a kill cut short is scored again."""
+    mix, target, _ = mixer
+    problems = [("add", problem) for problem in generate(parse_task("add"), 10, 2, 5, 4)]
+    batch = teacher_batch(target.tokenizer, target.chat_prompt, problems)
+    groups = {group.name: group.layers for group in module_groups(mix.model)}
+    path = [(), groups["block 1 down"], groups["block 1 down"] + groups["block 3 o"]]
+    store = tmp_path / "mixes.jsonl"
+
+    def walk(mixes: MixScores) -> list:
+        found = [mixes.base(path[0]), mixes.of(path[1])]
+        mixes.forget(path[0])
+        return found + [mixes.base(path[1]), mixes.of(path[2])]
+
+    first = MixScores(mix, batch, target.pad_id, store=store)
+    scored = walk(first)
+    assert first.passes == 4 and len(store.read_text().splitlines()) == 3  # base 1 recorded by a pass of its own
+    again = MixScores(mix, batch, target.pad_id, store=store)
+    blocks: list[int] = []
+    hooks = [block.register_forward_hook(lambda *args: blocks.append(1)) for block in mix.model.model.layers]
+    try:
+        read = walk(again)
+    finally:
+        for hook in hooks:
+            hook.remove()
+    assert again.passes == 0 and not blocks
+    assert all(
+        torch.equal(a.logprob, b.logprob) and torch.equal(a.exact, b.exact) for a, b in zip(scored, read, strict=True)
+    )
+
+    lines = store.read_text().splitlines()
+    store.write_text("\n".join(lines[:2]) + "\n" + lines[2][: len(lines[2]) // 2])  # a kill in the last append
+    cut = MixScores(mix, batch, target.pad_id, store=store)
+    last = walk(cut)[-1]
+    # the cut mix is computed again from base 1, which is recorded first (a pass), and appended whole
+    assert cut.passes == 2 and torch.equal(last.logprob, scored[-1].logprob)
+    assert len(read_store(store, len(batch.rows))) == 3
+
+
 def test_a_table_of_a_checkpoint_made_again_is_not_reused(cache, tmp_path, capsys):
     """A table records its checkpoints by their contents: the FP8 checkpoint made again (here: its config rewritten)
     makes the directory another search's, refused in one line, where a name alone would have reused it."""
@@ -228,7 +268,8 @@ def test_a_budget_writes_a_recipe_whose_layers_match_its_groups_and_bits(cache, 
 def test_the_search_scores_mixes_whole_and_its_recipe_beats_every_rule_that_fits(cache, tmp_path, capsys):
     """The recipe is the best mix the search scored within the budget: each rule that fits, scored here as a whole
     pass of the mixer on the same problems, is no better on them (exact match, then the answer's log-probability);
-    --rank quantize-one takes its candidate groups by quantize one's cost, written under a name of its own."""
+    --rank quantize-one takes its candidate groups by quantize one's cost, written under a name of its own, and reads
+    back the mixes the first search scored."""
     out = tmp_path / "sens"
     argv = sensitivity(out, "--budget-bits", "5.5")
     assert with_cache(cache, "harness.sensitivity", argv, capsys)[0] == 0
@@ -239,6 +280,8 @@ def test_the_search_scores_mixes_whole_and_its_recipe_beats_every_rule_that_fits
     assert "5.5bits" in recipes and ranked["file"] == "recipe-5.5bits-by-quantize-one.yaml"
     assert "top 12 groups by quantize-one costs" in (out / ranked["file"]).read_text()
     recipe = recipes["5.5bits"]
+    # the second search reads back from mixes.jsonl the mixes the first scored (the rules alone among them)
+    assert recipe["computed"] >= recipe["scored"] and ranked["computed"] < ranked["scored"]
     assert recipe["source"] in ("search", "table") or recipe["source"].startswith("rule ")
     os.environ["NUMPREC_CACHE"] = str(cache)
     try:
