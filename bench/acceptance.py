@@ -116,6 +116,15 @@ def sensitivity_figures(logs: Path, device: str) -> tuple[Figures, dict]:
     return figures, goals
 
 
+def gptq_figures(logs: Path, device: str) -> tuple[Figures, dict]:
+    results = _json(logs / "bench-gptq" / "results.json").get("gptq", {})
+    names = ("architecture", "blocks", "blocks_of_model", "layers", "calibration_samples", "calibration_device")
+    figures = {name: results.get(name) for name in (*names, "format", "skipped")}
+    figures |= {name: results.get(name) for name in ("build_s", "gptq_s", "command_s", "block_s", "projected_model_s")}
+    # timed, not judged: no goal sets the 8B's time; what is judged is that every layer came out at NVFP4
+    return figures, {"format": ("==", "nvfp4-pack-quantized")}
+
+
 STEPS: dict[str, Callable[[Path, str], tuple[Figures, dict]]] = {
     "awq": awq_figures,
     "tests": tests_figures,
@@ -123,6 +132,7 @@ STEPS: dict[str, Callable[[Path, str], tuple[Figures, dict]]] = {
     "fp8": fp8_figures,
     "sensitivity": sensitivity_figures,
     "train": train_figures,
+    "gptq": gptq_figures,
 }
 COMPARE = {"==": lambda a, b: a == b, ">=": lambda a, b: a >= b, "<=": lambda a, b: a <= b, "<": lambda a, b: a < b}
 

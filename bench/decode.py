@@ -52,9 +52,10 @@ ARCHITECTURES = {
 _BENCHED: dict[tuple[str, str, str], tuple] = {}  # the benches' model per architecture, device and dtype
 
 
-def random_llama(architecture: str, device: str, dtype_name: str):
-    """(model, tokenizer): a Llama of ``architecture``, randomly initialised on ``device``, with the default
-    model's tokenizer (its vocabulary sets the embedding size); a new one each call."""
+def random_llama(architecture: str, device: str, dtype_name: str, blocks: int | None = None):
+    """(model, tokenizer): a Llama of ``architecture`` (its first ``blocks`` decoder blocks, where given), randomly
+    initialised on ``device``, with the default model's tokenizer (its vocabulary sets the embedding size); a new one
+    each call."""
     import torch
     from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
@@ -67,7 +68,7 @@ def random_llama(architecture: str, device: str, dtype_name: str):
         bos_token_id=tokenizer.bos_token_id,
         eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id,
-        **ARCHITECTURES[architecture],
+        **{**ARCHITECTURES[architecture], **({"num_hidden_layers": blocks} if blocks else {})},
     )
     torch.manual_seed(0)
     dtype = {"fp32": torch.float32, "bf16": torch.bfloat16}[dtype_name]

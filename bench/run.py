@@ -30,6 +30,8 @@ Writes DIR/results.json and DIR/results.md. Shared machines are noisy: every fig
            architecture with ``--device cuda``, the tiny one on a CPU; each phase timed (bench/sensitivity.py).
 9. emulation  the quick grid at bf16, nvfp4, mxfp4 and bf16 with an fp8 KV cache, a process a precision, each
            format's time against bf16's (bench/emulation.py; CPU).
+10. gptq   harness.quantize --precision nvfp4+gptq on a random model: the 8B architecture's first blocks with
+           ``--device cuda``, the tiny one on a CPU; --problems calibration problems (bench/gptq.py).
 """
 
 from __future__ import annotations
@@ -51,6 +53,7 @@ from bench.decode import bench_cell, bench_decode, cell_markdown, decode_markdow
 from bench.emulation import bench_emulation, emulation_markdown
 from bench.evaluation import ENGINES, bench_eval, eval_markdown
 from bench.fp8 import bench_fp8, fp8_markdown
+from bench.gptq import bench_gptq, gptq_markdown
 from bench.memory import bench_memory, memory_markdown
 from bench.rundir import bench_rundir, rundir_markdown
 from bench.scoring import bench_scoring, scoring_markdown
@@ -189,6 +192,7 @@ PARTS = (
         lambda args, work: bench_sensitivity(_architecture(args), args.device, args.threads, args.problems),
         sensitivity_markdown,
     ),
+    Part("gptq", "gptq", lambda args, work: bench_gptq(_architecture(args), args.device, args.problems), gptq_markdown),
     Part("api", "api", lambda args, work: bench_api(args.repeats, args.threads), api_markdown),
     Part(
         "emulation", "emulation", lambda args, work: bench_emulation(args.repeats, work), emulation_markdown, gpu=False

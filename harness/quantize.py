@@ -42,7 +42,7 @@ from harness.core.cli import ArgParser, command_line, input_path, output_dir, ru
 from harness.core.errors import UserError
 from harness.core.files import follow_umask, move_aside
 from harness.core.lock import DirectoryLock
-from harness.core.paths import QUANTIZE_ENV
+from harness.core.paths import quantize_command
 from harness.models import (
     W4_PRECISIONS,
     ModelSpec,
@@ -243,6 +243,7 @@ def quantize(
         "calibration_dtype": calibration,
         "seed": seed,
         "seconds": round(seconds, 1),
+        "device": torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu",  # where oneshot ran
         "versions": _versions("llmcompressor", "compressed-tensors", "transformers", "torch"),
     }
     (staging / "numprec_quantize.json").write_text(json.dumps(info, indent=2) + "\n")
@@ -305,15 +306,14 @@ def _versions(*names: str) -> dict[str, str]:
 
 def _hand_over(argv: Sequence[str]) -> int:
     """Run this command in the quantization environment, where llm-compressor's pins hold."""
-    python = QUANTIZE_ENV / "bin" / "python"
-    if not python.exists():
+    command = quantize_command()
+    if command is None:
         raise UserError(
             "llm-compressor is not installed here (it pins an older transformers); "
             "run: bash scripts/setup_quantize.sh, then repeat this command"
         )
-    path = os.pathsep.join([str(QUANTIZE_ENV.parent), os.environ.get("PYTHONPATH", "")])
-    env = dict(os.environ, PYTHONPATH=path, **{HANDED_OVER: "1"})
-    return subprocess.call([str(python), "-m", "harness.quantize", *argv], env=env)
+    python, env = command
+    return subprocess.call([*python, "-m", "harness.quantize", *argv], env={**env, HANDED_OVER: "1"})
 
 
 def calibration_argv(args, precision: PrecisionSpec, group_size: int, calibrated: Path, model_path: str | None):

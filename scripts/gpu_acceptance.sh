@@ -5,7 +5,7 @@
 # skipped, its reason said and recorded. Figures and goals go to $OUT/results.json as each step ends
 # (bench/acceptance.py), every log to $OUT/logs.tgz: two files, so that a call cut short brings back what it measured.
 #
-#   on the device, from the checkout (staged with ../shared/tools/device-stage.sh, carrying .device/kit):
+#   on the device, from the checkout (staged with scripts/stage_device.sh, carrying .device/kit):
 #     bash .device/kit/install.sh && bash scripts/gpu_acceptance.sh --budget 560 all
 #   here, the same steps on this CPU at tiny shapes (the suite runs it: a broken path, import or flag fails here):
 #     bash scripts/gpu_acceptance.sh --cpu all
@@ -21,6 +21,8 @@
 #            architecture, random, bf16 against its fp8-dynamic rounding, 64 problems; each phase timed      (150 s)
 #   train    scratch's packed step, one shape per precision, alone and packed, over one data pool; written after
 #            every pack                                                                                     (150 s)
+#   gptq     harness.quantize --precision nvfp4+gptq on the 8B architecture's first 8 blocks (random, bf16),
+#            128 calibration problems, in llm-compressor's site (scripts/stage_quantize_kit.sh)             (240 s)
 #
 # `all` is more than one call holds: the script prints the calls it needs (python -m bench.plan --calls) and runs the
 # first; the next is the command printed for call 2.
@@ -38,7 +40,7 @@ out=$(realpath -m "${OUT:-gpu-out}")
 logs=$(mktemp -d)
 mkdir -p "$out"
 trap 'rm -rf "$logs"' EXIT
-# What ../shared/tools/device-stage.sh staged: its site folder and environment, the default model's tokenizer.
+# What scripts/stage_device.sh staged: its site folders and environment, the default model's tokenizer.
 [ -f /tmp/np/env.sh ] && . /tmp/np/env.sh
 [ -d /tmp/np/tokenizer ] && export NUMPREC_TOKENIZER_DIR=/tmp/np/tokenizer
 export HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1 PYTHONPATH="${PYTHONPATH:+$PYTHONPATH:}$PWD"
@@ -46,7 +48,7 @@ python=${PYTHON:-python3}
 [ -x .venv/bin/python ] && [ "$device" = cpu ] && python=.venv/bin/python
 
 if [ "${1:-}" = all ]; then
-    set -- awq decode tests fp8 sensitivity train
+    set -- awq decode tests fp8 sensitivity train gptq
     echo "=== all the steps need these calls of ${budget} s:" | tee -a "$logs/steps.log"
     "$python" -m bench.plan --calls --budget "$budget" "$@" | tee -a "$logs/steps.log"
 fi
@@ -90,6 +92,9 @@ command_of() {  # a step's command
         echo "$python" -m bench.run --only sensitivity --device "$device" --problems "$problems" \
             --out "$logs/bench-sensitivity" ;;
     train) echo "$python" -m bench.run --only train --device "$device" --quick --repeats 1 --out "$logs/bench-train" ;;
+    gptq)
+        local problems=128; [ "$device" = cpu ] && problems=8
+        echo "$python" -m bench.run --only gptq --device "$device" --problems "$problems" --out "$logs/bench-gptq" ;;
     esac
 }
 

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from bench.plan import STEPS
+from tests.harness.helpers import needs_quantize_env
 
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.slow
@@ -30,13 +31,14 @@ def test_the_acceptance_call_plans_its_budget_and_brings_back_two_files(tmp_path
     result = acceptance(out, "--budget", "560", "all")
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert "call 1: bash scripts/gpu_acceptance.sh --budget 560 awq decode tests fp8" in result.stdout
-    assert "call 2: bash scripts/gpu_acceptance.sh --budget 560 sensitivity train" in result.stdout
+    assert "call 2: bash scripts/gpu_acceptance.sh --budget 560 sensitivity train gptq" in result.stdout
     assert sorted(p.name for p in out.iterdir()) == ["logs.tgz", "results.json"]
     results = json.loads((out / "results.json").read_text())
     assert results["device"] == "cpu" and sorted(results["steps"]) == ["awq", "decode", "fp8", "tests"]
     assert results["skipped"] == {
         "sensitivity": "needs 150 s, 20 s left",
         "train": "needs 150 s, 20 s left",
+        "gptq": "needs 240 s, 20 s left",
     }, "the steps the budget cannot hold, and why"
     for name, step in results["steps"].items():
         assert step["rc"] == 0 and not step["timed_out"], (name, step)
@@ -99,3 +101,18 @@ def test_the_sensitivity_step_times_a_whole_table_of_the_random_model(tmp_path):
     with tarfile.open(out / "logs.tgz") as logs:
         markdown = logs.extractfile("./bench-sensitivity/results.md").read().decode()
     assert "## Sensitivity table: random tiny on cpu" in markdown and "| 18 |" in markdown
+
+
+@needs_quantize_env
+def test_the_gptq_step_makes_an_nvfp4_checkpoint_of_the_random_model(tmp_path):
+    """Issue 79's GPU step: harness.quantize --precision nvfp4+gptq on the random Llama (here the tiny one, whole),
+    in llm-compressor's environment, timed; every layer written at NVFP4."""
+    out = tmp_path / "out"
+    result = acceptance(out, "gptq")
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    step = json.loads((out / "results.json").read_text())["steps"]["gptq"]
+    assert step["rc"] == 0 and not step["timed_out"] and step["goals"]["format"]["met"], step
+    figures = step["figures"]
+    assert (figures["architecture"], figures["blocks"], figures["blocks_of_model"]) == ("tiny", 2, 2), figures
+    assert figures["layers"] == 14 and figures["calibration_samples"] == 8 and figures["calibration_device"] == "cpu"
+    assert 0 < figures["gptq_s"] < figures["command_s"], figures

@@ -24,6 +24,7 @@ from __future__ import annotations
 import errno
 import os
 import stat
+import sys
 from pathlib import Path
 
 KINDS = {
@@ -116,6 +117,24 @@ def _why(path: Path, err: OSError) -> str:
 
 # llm-compressor's environment (bash scripts/setup_quantize.sh): it pins an older transformers than the main one
 QUANTIZE_ENV = Path(__file__).resolve().parents[2] / ".venv-quantize"
+# on the lent GPU, llm-compressor's site staged by scripts/stage_quantize_kit.sh (its install names it here)
+QUANTIZE_SITE = "NUMPREC_QUANTIZE_SITE"
+
+
+def quantize_command() -> tuple[list[str], dict[str, str]] | None:
+    """The Python, and its environment, that runs a module where llm-compressor's pins hold: .venv-quantize's, the
+    project first on its path; else, on the lent GPU, this Python over the site NUMPREC_QUANTIZE_SITE names (the
+    image's transformers is llm-compressor's pin; the main site's newer one stays off the path); None where neither
+    is here."""
+    root = QUANTIZE_ENV.parent
+    python = QUANTIZE_ENV / "bin" / "python"
+    if python.exists():
+        path = os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")])
+        return [str(python)], {**os.environ, "PYTHONPATH": path}
+    site = os.environ.get(QUANTIZE_SITE)
+    if site and Path(site).is_dir():
+        return [sys.executable], {**os.environ, "PYTHONPATH": os.pathsep.join([site, str(root)])}
+    return None
 
 
 def cache_root() -> Path:

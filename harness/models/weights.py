@@ -18,7 +18,7 @@ from pathlib import Path
 
 from harness.core.errors import UserError
 from harness.core.files import follow_umask, read_json
-from harness.core.paths import QUANTIZE_ENV, cache_root
+from harness.core.paths import cache_root, quantize_command
 from harness.models import ModelSpec, PrecisionSpec, get_model
 from harness.models.checkpoints import (
     Checkpoint,
@@ -136,7 +136,7 @@ def _quantized_weights(
             if model.kind == "hub":
                 return Weights(_hub_snapshot(model))
             _own_weights(model, None, None)  # what it is made from is here: said now, not when the variant loads
-            if not (QUANTIZE_ENV / "bin" / "python").exists() and importlib.util.find_spec("llmcompressor") is None:
+            if quantize_command() is None and importlib.util.find_spec("llmcompressor") is None:
                 raise UserError(
                     f"no {precision.name} checkpoint of {model.name} at {path}, and llm-compressor, which makes it on "
                     "first use, is not installed: run bash scripts/setup_quantize.sh, then repeat this command"

@@ -12,7 +12,8 @@ import torch
 import torch.nn.functional as F
 
 from harness.backends.vllm import VLLM_ENV
-from harness.quantize import HANDED_OVER, QUANTIZE_ENV
+from harness.core.paths import QUANTIZE_ENV
+from harness.quantize import HANDED_OVER
 from harness.questions.problems import generate
 from harness.questions.prompts import user_message
 from harness.serve import free_port  # noqa: F401  (the tests' free port)
