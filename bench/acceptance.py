@@ -125,6 +125,14 @@ def gptq_figures(logs: Path, device: str) -> tuple[Figures, dict]:
     return figures, {"format": ("==", "nvfp4-pack-quantized")}
 
 
+def deploy_figures(logs: Path, device: str) -> tuple[Figures, dict]:
+    results = _json(logs / "bench-deploy" / "results.json").get("deploy", {})
+    names = ("architecture", "precision", "rc", "said", "kernel", "loaded_as_declared", "exact_match", "skipped")
+    figures = {name: results.get(name) for name in names}
+    # on a GPU vLLM loads every layer as declared; on a CPU its build has no NVFP4 kernel, which is one line, exit 2
+    return figures, {"loaded_as_declared": ("==", True)} if device != "cpu" else {"rc": ("==", 2)}
+
+
 STEPS: dict[str, Callable[[Path, str], tuple[Figures, dict]]] = {
     "awq": awq_figures,
     "tests": tests_figures,
@@ -133,6 +141,7 @@ STEPS: dict[str, Callable[[Path, str], tuple[Figures, dict]]] = {
     "sensitivity": sensitivity_figures,
     "train": train_figures,
     "gptq": gptq_figures,
+    "deploy": deploy_figures,
 }
 COMPARE = {"==": lambda a, b: a == b, ">=": lambda a, b: a >= b, "<=": lambda a, b: a <= b, "<": lambda a, b: a < b}
 

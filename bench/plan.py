@@ -38,6 +38,7 @@ STEPS = {
     "sensitivity": (150, "estimated: never run on a GPU; two 8B models, 258 passes of 64 problems", False),
     "train": (150, "estimated: eight packs at 20-30 s of compiling each, written after every pack", False),
     "gptq": (240, "estimated: never run on a GPU; 8 blocks of the 8B built, saved, then GPTQ at NVFP4", False),
+    "deploy": (150, "estimated: never run on a GPU; a small NVFP4+GPTQ checkpoint, then vLLM's start", False),
 }
 WAITS_FOR = {"tests": "awq"}  # the tests load AWQ checkpoints: the kernel built first
 

@@ -32,6 +32,8 @@ Writes DIR/results.json and DIR/results.md. Shared machines are noisy: every fig
            format's time against bf16's (bench/emulation.py; CPU).
 10. gptq   harness.quantize --precision nvfp4+gptq on a random model: the 8B architecture's first blocks with
            ``--device cuda``, the tiny one on a CPU; --problems calibration problems (bench/gptq.py).
+11. deploy a random model made nvfp4+gptq, evaluated on vLLM (harness.eval --backend vllm --model-path): each
+           layer's loaded scheme checked, or the one line that says why vLLM cannot run it (bench/deploy.py).
 """
 
 from __future__ import annotations
@@ -50,6 +52,7 @@ from bench.api import api_markdown, bench_api
 from bench.common import quick_grid_problems
 from bench.data import bench_data, data_markdown
 from bench.decode import bench_cell, bench_decode, cell_markdown, decode_markdown
+from bench.deploy import bench_deploy, deploy_markdown
 from bench.emulation import bench_emulation, emulation_markdown
 from bench.evaluation import ENGINES, bench_eval, eval_markdown
 from bench.fp8 import bench_fp8, fp8_markdown
@@ -193,6 +196,7 @@ PARTS = (
         sensitivity_markdown,
     ),
     Part("gptq", "gptq", lambda args, work: bench_gptq(_architecture(args), args.device, args.problems), gptq_markdown),
+    Part("deploy", "deploy", lambda args, work: bench_deploy(args.device, args.problems), deploy_markdown),
     Part("api", "api", lambda args, work: bench_api(args.repeats, args.threads), api_markdown),
     Part(
         "emulation", "emulation", lambda args, work: bench_emulation(args.repeats, work), emulation_markdown, gpu=False

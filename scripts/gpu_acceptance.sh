@@ -22,7 +22,9 @@
 #   train    scratch's packed step, one shape per precision, alone and packed, over one data pool; written after
 #            every pack                                                                                     (150 s)
 #   gptq     harness.quantize --precision nvfp4+gptq on the 8B architecture's first 8 blocks (random, bf16),
-#            128 calibration problems, in llm-compressor's site (scripts/stage_quantize_kit.sh)             (240 s)
+#            128 calibration problems, in llm-compressor's site (scripts/stage_device.sh)                   (240 s)
+#   deploy   a small random model made nvfp4+gptq, evaluated with harness.eval --backend vllm: each layer's loaded
+#            scheme checked (the GPU image has no vLLM today: the step records the line that says so)      (150 s)
 #
 # `all` is more than one call holds: the script prints the calls it needs (python -m bench.plan --calls) and runs the
 # first; the next is the command printed for call 2.
@@ -48,7 +50,7 @@ python=${PYTHON:-python3}
 [ -x .venv/bin/python ] && [ "$device" = cpu ] && python=.venv/bin/python
 
 if [ "${1:-}" = all ]; then
-    set -- awq decode tests fp8 sensitivity train gptq
+    set -- awq decode tests fp8 sensitivity train gptq deploy
     echo "=== all the steps need these calls of ${budget} s:" | tee -a "$logs/steps.log"
     "$python" -m bench.plan --calls --budget "$budget" "$@" | tee -a "$logs/steps.log"
 fi
@@ -95,6 +97,7 @@ command_of() {  # a step's command
     gptq)
         local problems=128; [ "$device" = cpu ] && problems=8
         echo "$python" -m bench.run --only gptq --device "$device" --problems "$problems" --out "$logs/bench-gptq" ;;
+    deploy) echo "$python" -m bench.run --only deploy --device "$device" --problems 8 --out "$logs/bench-deploy" ;;
     esac
 }
 

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from bench.plan import STEPS
+from harness.backends.vllm import VLLM_ENV
 from tests.harness.helpers import needs_quantize_env
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -32,6 +33,7 @@ def test_the_acceptance_call_plans_its_budget_and_brings_back_two_files(tmp_path
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert "call 1: bash scripts/gpu_acceptance.sh --budget 560 awq decode tests fp8" in result.stdout
     assert "call 2: bash scripts/gpu_acceptance.sh --budget 560 sensitivity train gptq" in result.stdout
+    assert "call 3: bash scripts/gpu_acceptance.sh --budget 560 deploy" in result.stdout
     assert sorted(p.name for p in out.iterdir()) == ["logs.tgz", "results.json"]
     results = json.loads((out / "results.json").read_text())
     assert results["device"] == "cpu" and sorted(results["steps"]) == ["awq", "decode", "fp8", "tests"]
@@ -39,6 +41,7 @@ def test_the_acceptance_call_plans_its_budget_and_brings_back_two_files(tmp_path
         "sensitivity": "needs 150 s, 20 s left",
         "train": "needs 150 s, 20 s left",
         "gptq": "needs 240 s, 20 s left",
+        "deploy": "needs 150 s, 20 s left",
     }, "the steps the budget cannot hold, and why"
     for name, step in results["steps"].items():
         assert step["rc"] == 0 and not step["timed_out"], (name, step)
@@ -116,3 +119,17 @@ def test_the_gptq_step_makes_an_nvfp4_checkpoint_of_the_random_model(tmp_path):
     assert (figures["architecture"], figures["blocks"], figures["blocks_of_model"]) == ("tiny", 2, 2), figures
     assert figures["layers"] == 14 and figures["calibration_samples"] == 8 and figures["calibration_device"] == "cpu"
     assert 0 < figures["gptq_s"] < figures["command_s"], figures
+
+
+@needs_quantize_env
+def test_the_deploy_step_takes_an_nvfp4_gptq_checkpoint_to_vllm(tmp_path):
+    """Issue 79's vLLM step: a random model made nvfp4+gptq, then harness.eval --backend vllm on it. On this CPU
+    vLLM's build has no NVFP4 kernel (or there is no vLLM): the command's one line, exit 2, is the step's figure."""
+    out = tmp_path / "out"
+    result = acceptance(out, "deploy")
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    step = json.loads((out / "results.json").read_text())["steps"]["deploy"]
+    figures = step["figures"]
+    assert step["rc"] == 0 and step["goals"]["rc"]["met"] and figures["precision"] == "nvfp4+gptq", step
+    expected = "vLLM's CPU build has no nvfp4 kernel" if (VLLM_ENV / "bin" / "python").exists() else "needs vLLM"
+    assert expected in figures["said"] and figures["kernel"] is None and not figures["loaded_as_declared"], figures
