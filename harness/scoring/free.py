@@ -32,7 +32,7 @@ from harness.scoring.phrases import CONFIRMATION, FINAL_PHRASE, is_label
 from harness.scoring.question import Question
 from harness.scoring.retractions import CORRECTED, REPLACE, RESTART, RETRACT, SENTENCE_END, retractions
 from harness.scoring.structured import json_objects
-from harness.scoring.verdicts import Extraction, Refusal, refused
+from harness.scoring.verdicts import Extraction, Refusal, differing, refused
 
 _DECIMAL_NUMBER = re.compile(r"\d")
 # A check of the answer ("Check: 67 + 58 = 125", "Let me verify: ..."): what it states is working beside a statement
@@ -162,7 +162,7 @@ class _Reader:
         if malformed:
             return malformed[-1]
         if len(claims) > 1 and len({self.question.value(claim.reading.answer) for claim in claims}) > 1:
-            return refused(Refusal.CONFLICT)
+            return differing([claim.reading.answer for claim in claims])
         finals = [claim for claim in claims if claim.final]
         return (finals or claims)[-1].reading
 

@@ -7,7 +7,7 @@
 >>> read_line("7 * 8 = 56. So the answer is 56.", question, 10, "7 * 8")
 Extraction(answer='56', rule='keyword')
 >>> read_line("7 * 8 = 56. So the answer is 54.", question, 10, "7 * 8").rule
-'none: conflict (the output states differing answers)'
+'none: conflict (the output states differing answers: 56, then 54)'
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from harness.scoring.numerals import EMPHASIS_REACH, MARKUP, digit_chars, read_n
 from harness.scoring.phrases import NEGATION, keyword_statements
 from harness.scoring.question import Question, own_base_annotation
 from harness.scoring.structured import boxes, lone_box
-from harness.scoring.verdicts import Extraction, Refusal, refused
+from harness.scoring.verdicts import Extraction, Refusal, differing, refused
 
 _DECIMAL_NUMBER = re.compile(r"\d")
 _NO_NUMERAL = Refusal.NO_NUMERAL.value
@@ -161,8 +161,9 @@ def read_line(
     asked as a question ("7 + 8 = 16?") decides the line as asked, not stated; without, it is passed over (free form,
     where a model asks itself and then answers)."""
     found, found_boxes, signs = statements(line, question, base)
-    if len({"".join(content.split()).lower() for _, _, content in found_boxes}) > 1:
-        return refused(Refusal.CONFLICT)
+    contents = ["".join(content.split()).lower() for _, _, content in found_boxes]
+    if len(set(contents)) > 1:
+        return differing(contents)
     boundaries = sorted({s.phrase for s in found if s.rule != "boxed"} | set(signs))
     readings: list[tuple[str, str, int]] = []
     seen: set[int] = set()
@@ -190,7 +191,7 @@ def read_line(
             return refused(Refusal.NOT_THE_QUESTION)
         return bare(line, base, expression, signs) if allow_bare else refused(Refusal.NOTHING_STATED)
     if len(readings) > 1 and len({question.value(answer) for answer, _, _ in readings}) > 1:
-        return refused(Refusal.CONFLICT)
+        return differing([answer for answer, _, _ in readings])
     answer, rule, end = max(readings, key=lambda reading: reading[2])
     if stray_number(line[end:], base, lambda said: question.value(said) == question.value(answer)):
         return refused(Refusal.NUMBER_AFTER)

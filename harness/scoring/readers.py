@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from harness.scoring.verdicts import Refusal, unexplained_number
+from harness.scoring.verdicts import Refusal, differing, unexplained_number
 
 BOTH, FIRST, FREE = "both", "first line", "free form"
 
@@ -39,6 +39,10 @@ class Reader:
 
 def _none(refusal: Refusal) -> str:
     return refusal.value
+
+
+def _differ(*answers: str) -> str:
+    return differing(answers).rule
 
 
 def _never_leaves_thinking(output: str) -> Example:
@@ -160,40 +164,40 @@ READERS = (
         "statements of the answer whose values differ (in any base marked, in words, after the task's last-L-digits"
         " transform), with no retraction between them: never correct",
         (
-            Example("7 * 8 = 56. So the answer is 54.", "7 * 8", None, _none(Refusal.CONFLICT)),
-            Example("\\boxed{15} or \\boxed{16}", "7 + 8", None, _none(Refusal.CONFLICT)),
+            Example("7 * 8 = 56. So the answer is 54.", "7 * 8", None, _differ("56", "54")),
+            Example("\\boxed{15} or \\boxed{16}", "7 + 8", None, _differ("15", "16")),
             Example(
                 "58 + 67 = 125\nThe final answer is 124.\nWait, let me double-check.",
                 "58 + 67",
                 None,
-                _none(Refusal.CONFLICT),
+                _differ("125", "124"),
                 modes=FREE,
             ),
-            Example("58 + 67 = 125\n\\boxed{124}\nOops.", "58 + 67", None, _none(Refusal.CONFLICT), modes=FREE),
-            Example('58 + 67 = 125\n{"answer": 124}\nWait.', "58 + 67", None, _none(Refusal.CONFLICT), modes=FREE),
+            Example("58 + 67 = 125\n\\boxed{124}\nOops.", "58 + 67", None, _differ("125", "124"), modes=FREE),
+            Example('58 + 67 = 125\n{"answer": 124}\nWait.', "58 + 67", None, _differ("125", "124"), modes=FREE),
             Example(
                 "The final answer is 122.\nThe final answer is 132.",
                 "47 + 85",
                 None,
-                _none(Refusal.CONFLICT),
+                _differ("122", "132"),
                 modes=FREE,
             ),
-            Example("47 + 85 = 132. So the total is one hundred twenty-two.", "47 + 85", None, _none(Refusal.CONFLICT)),
-            Example("1011 + 110 = 10010₂ = 17₁₀", "1011 + 110", None, _none(Refusal.CONFLICT), base=2),
-            Example("The sum is 132.\nFinal Answer 122", "47 + 85", None, _none(Refusal.CONFLICT), modes=FREE),
-            Example("The sum is 132.\nFinal answer — 122", "47 + 85", None, _none(Refusal.CONFLICT), modes=FREE),
+            Example("47 + 85 = 132. So the total is one hundred twenty-two.", "47 + 85", None, _differ("132", "122")),
+            Example("1011 + 110 = 10010₂ = 17₁₀", "1011 + 110", None, _differ("10010", "10001"), base=2),
+            Example("The sum is 132.\nFinal Answer 122", "47 + 85", None, _differ("132", "122"), modes=FREE),
+            Example("The sum is 132.\nFinal answer — 122", "47 + 85", None, _differ("132", "122"), modes=FREE),
             Example(
                 "53 * 490 = 25970, so the last three digits are 971.",
                 "53 * 490",
                 None,
-                _none(Refusal.CONFLICT),
+                _differ("25970", "971"),
                 last_digits=3,
             ),
             Example(
                 "53 * 490 = 25970, so the last 2 digits are 71.",
                 "53 * 490",
                 None,
-                _none(Refusal.CONFLICT),
+                _differ("25970", "71"),
                 last_digits=2,
             ),
         ),
@@ -280,7 +284,7 @@ READERS = (
                 "47 + 85 = 122\nTell me if I made a mistake.\nThe answer is 132.",
                 "47 + 85",
                 None,
-                _none(Refusal.CONFLICT),
+                _differ("122", "132"),
                 modes=FREE,
             ),
             Example("47 + 85 = 122\nLet me start from scratch: 47 + 85 = 132", "47 + 85", "132", "equals", modes=FREE),

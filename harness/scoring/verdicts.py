@@ -9,6 +9,7 @@ that an output states, where a line that states nothing does not.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -93,9 +94,19 @@ def unexplained_number(span: str) -> Extraction:
     return Extraction(None, f"{UNEXPLAINED}{span[:60]!r})")
 
 
+def differing(answers: Sequence[str]) -> Extraction:
+    """The conflict of statements whose values differ, the answers stated shown in their order (three at most).
+
+    >>> differing(["125", "124", "125"]).rule
+    'none: conflict (the output states differing answers: 125, then 124)'
+    """
+    shown = list(dict.fromkeys(answers))[:3]
+    return Extraction(None, f"{CONFLICT[:-1]}: {', then '.join(shown)})")
+
+
 def is_conflict(rule: str) -> bool:
     """Whether a verdict is a conflict: statements that differ, or a number no reading explains."""
-    return rule == CONFLICT or rule.startswith(UNEXPLAINED)
+    return rule.startswith((CONFLICT[:-1], UNEXPLAINED))
 
 
 def unpaired(run: str) -> Extraction:

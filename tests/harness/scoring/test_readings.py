@@ -144,9 +144,9 @@ LABELS_MARKUP_AND_HEDGES = [
     ("Therefore \\boxed{15}", 10, "15", True, "boxed"),
     ("The answer is \\(\\boxed{15}\\).", 10, "15", True, "keyword"),
     # hedging between boxed answers is not an answer
-    ("\\boxed{15} or \\boxed{16}", 10, "15", False, CONFLICT),
-    ("\\boxed{15}, no wait, \\boxed{16}", 10, "16", False, CONFLICT),
-    ("7 + 8 = \\boxed{15} or \\boxed{16}", 10, "15", False, CONFLICT),
+    ("\\boxed{15} or \\boxed{16}", 10, "15", False, f"{CONFLICT[:-1]}: 15, then 16)"),
+    ("\\boxed{15}, no wait, \\boxed{16}", 10, "16", False, f"{CONFLICT[:-1]}: 15, then 16)"),
+    ("7 + 8 = \\boxed{15} or \\boxed{16}", 10, "15", False, f"{CONFLICT[:-1]}: 15, then 16)"),
     # a dangling operator is not markdown
     ("7 * 8 = 56 * ", 10, "56", False, "none: an operator follows the numeral (unpaired '*', not markdown)"),
     ("7 + 8 = 15 *", 10, "15", False, "none: an operator follows the numeral (unpaired '*', not markdown)"),
@@ -292,7 +292,7 @@ ANSWERS_OF_THE_QUESTION = [
         "7 * 8",
         "56",
         False,
-        CONFLICT,
+        f"{CONFLICT[:-1]}: 56, then 54)",
     ),
     ("7 * 8 = 56. So the answer is 56.", 10, "7 * 8", "56", True, "keyword"),
     ("7 + 8 = 15 or 7 + 8 = 16", 10, "7 + 8", "15", False, "none: text follows the numeral"),
