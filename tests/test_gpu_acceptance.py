@@ -107,28 +107,22 @@ def test_the_sensitivity_step_times_a_whole_table_of_the_random_model(tmp_path):
 
 
 @needs_quantize_env
-def test_the_gptq_step_makes_an_nvfp4_checkpoint_of_the_random_model(tmp_path):
-    """Issue 79's GPU step: harness.quantize --precision nvfp4+gptq on the random Llama (here the tiny one, whole),
-    in llm-compressor's environment, timed; every layer written at NVFP4."""
+def test_the_gptq_and_deploy_steps_make_and_serve_an_nvfp4_gptq_checkpoint(tmp_path):
+    """Issue 79's GPU steps, in one call as the plan puts them. gptq: harness.quantize --precision nvfp4+gptq on the
+    random Llama (here the tiny one, whole), in llm-compressor's environment, timed; every layer written at NVFP4.
+    deploy: a random model made nvfp4+gptq, then harness.eval --backend vllm on it; on this CPU vLLM's build has no
+    NVFP4 kernel (or there is no vLLM): the command's one line, exit 2, is the step's figure."""
     out = tmp_path / "out"
-    result = acceptance(out, "gptq")
+    result = acceptance(out, "gptq", "deploy")
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    step = json.loads((out / "results.json").read_text())["steps"]["gptq"]
+    steps = json.loads((out / "results.json").read_text())["steps"]
+    step = steps["gptq"]
     assert step["rc"] == 0 and not step["timed_out"] and step["goals"]["format"]["met"], step
     figures = step["figures"]
     assert (figures["architecture"], figures["blocks"], figures["blocks_of_model"]) == ("tiny", 2, 2), figures
     assert figures["layers"] == 14 and figures["calibration_samples"] == 8 and figures["calibration_device"] == "cpu"
     assert 0 < figures["gptq_s"] < figures["command_s"], figures
-
-
-@needs_quantize_env
-def test_the_deploy_step_takes_an_nvfp4_gptq_checkpoint_to_vllm(tmp_path):
-    """Issue 79's vLLM step: a random model made nvfp4+gptq, then harness.eval --backend vllm on it. On this CPU
-    vLLM's build has no NVFP4 kernel (or there is no vLLM): the command's one line, exit 2, is the step's figure."""
-    out = tmp_path / "out"
-    result = acceptance(out, "deploy")
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    step = json.loads((out / "results.json").read_text())["steps"]["deploy"]
+    step = steps["deploy"]
     figures = step["figures"]
     assert step["rc"] == 0 and step["goals"]["rc"]["met"] and figures["precision"] == "nvfp4+gptq", step
     expected = "vLLM's CPU build has no nvfp4 kernel" if (VLLM_ENV / "bin" / "python").exists() else "needs vLLM"
