@@ -109,6 +109,20 @@ def check_args(args) -> None:
     get_precision(model, args.keep)
 
 
+def extends(before: dict, now: dict) -> bool:
+    """Whether a frontier asked with ``now``'s arguments goes on from one made with ``before``'s: the same, or the
+    same with more --methods (the methods it has keep their steps; the table is drawn again over all of them).
+
+    >>> extends({"methods": ["rtn"], "seed": 1}, {"methods": ["rtn", "gptq"], "seed": 1})
+    True
+    >>> extends({"methods": ["rtn", "gptq"], "seed": 1}, {"methods": ["gptq"], "seed": 1})
+    False
+    """
+    others = {key: value for key, value in before.items() if key != "methods"}
+    same = others == {key: value for key, value in now.items() if key != "methods"}
+    return same and set(before.get("methods") or []) <= set(now.get("methods") or [])
+
+
 class Steps:
     """The frontier's steps, each a numprec command run as a child process: its output kept under steps/, its time
     recorded, a failure one line (the child's own last line) with the child's exit status."""
@@ -256,8 +270,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     record_path = args.out / RECORD
     record = read_json(record_path, f"{args.out} is not a frontier directory") if record_path.is_file() else {}
     own = invocation("harness.frontier", args, argv)
-    if record and record.get("arguments") != own["arguments"]:
-        raise UserError(f"{args.out} holds a frontier of other arguments; give --out another directory")
+    if record and not extends(record.get("arguments") or {}, own["arguments"]):
+        raise UserError(
+            f"{args.out} holds a frontier of other arguments (only --methods may add methods to it); give --out "
+            "another directory"
+        )
     if not record and args.out.exists() and any(args.out.iterdir()):
         raise UserError(f"{args.out} holds files harness.frontier did not write; give --out a new or empty directory")
     record = {**record, **own, "written_by": "harness.frontier", "machine": describe()}

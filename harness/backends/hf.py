@@ -46,7 +46,7 @@ from harness.backends.opaque import is_gptqmodel_kernel, make_opaque
 from harness.backends.sampling import gumbel_choice, warped_candidates
 from harness.backends.static_cache import BUCKET, FilledMask, bind_once
 from harness.core.errors import one_line
-from harness.models import PrecisionSpec, activation_qdq
+from harness.models import PrecisionSpec, activation_qdq, rotations
 from harness.models.checkpoints import Checkpoint
 from harness.models.mix import check_loaded
 from harness.questions.answers import FIRST_LINE, AnswerMode, finishing_tokens
@@ -78,6 +78,8 @@ class HFBackend(ChatBackend):
         device = "cuda" if torch.cuda.is_available() else "cpu"
         kwargs = load_kwargs(precision, device, weights, checkpoint)
         model = AutoModelForCausalLM.from_pretrained(weights, **kwargs).eval()
+        # rotations the checkpoint declares and transformers leaves out (QuIP's, harness/models/rotations.py)
+        self.rotated_layers = rotations.apply(model, weights) if precision.method == "compressed" else 0
         if adapter:
             # Fold LoRA into unquantized weights (same outputs, no adapter overhead); a 4-bit base keeps it apart,
             # as merging would requantize the base.
@@ -90,6 +92,7 @@ class HFBackend(ChatBackend):
         which is never written to disk). The caller's layers keep their classes: its bf16 layers are not widened
         (harness/backends/widened_bf16.py), as the benches go on to rewrite them (FP8 rounding, mixing)."""
         backend = cls.__new__(cls)
+        backend.rotated_layers = 0
         backend._setup(model.eval(), tokenizer, precision, batch_size, widen=False)
         return backend
 
@@ -160,7 +163,8 @@ class HFBackend(ChatBackend):
         if fp8_layers:
             return f"{FP8_KERNEL}, {fp8_layers} layers{graphs}"
         if self.precision.method == "compressed":
-            return emulation_note(self.model, self.precision) + graphs
+            rotated = f"; {self.rotated_layers} layers rotated as declared (QuIP)" if self.rotated_layers else ""
+            return emulation_note(self.model, self.precision) + rotated + graphs
         return linear_kernel(self.model) + graphs + opaque
 
     @property

@@ -32,7 +32,7 @@ from pathlib import Path
 import yaml
 
 from harness.core.errors import UserError
-from harness.models.rounding import ROUNDINGS, rounding_of_modifiers
+from harness.models.rounding import GROUP_WIDE, ROUNDINGS, rounding_of_modifiers
 
 
 class _RecipeLoader(yaml.SafeLoader):
@@ -83,10 +83,24 @@ def recipe_text(
             "AutoRound rounds NVFP4 and MXFP4 through its own presets only, one format a model; round a mix of "
             "them with rtn, gptq or awq"
         )
-    modifiers = {name: dict(settings) for name, settings in steps[:-1]}
+    modifiers = {name: _group_wide(dict(settings), groups) for name, settings in steps[:-1]}
     modifiers[steps[-1][0]] = {**quantizes, **steps[-1][1]}
     body = yaml.safe_dump({"quant_stage": {"quant_modifiers": modifiers}}, sort_keys=False)
     return "".join(f"# {line}\n" for line in note.splitlines()) + body
+
+
+def _group_wide(settings: dict, groups: Mapping[str, dict]) -> dict:
+    """A step's settings with GROUP_WIDE (a rotation's block) made the groups' narrowest weight group size, and the
+    step's targets those groups' (in a mix, the layers kept at a format without groups, FP8's, are not rotated, as
+    the search scored them: harness.sensitivity mixes the rotated checkpoint's layers with the plain KEEP's)."""
+    if GROUP_WIDE not in settings.values():
+        return settings
+    grouped = [group for group in groups.values() if (group.get("weights") or {}).get("group_size")]
+    if not grouped:
+        raise UserError("rotations are made a scale group wide: give a format with groups (nvfp4, mxfp4)")
+    size = min(group["weights"]["group_size"] for group in grouped)
+    targets = sorted({target for group in grouped for target in group["targets"]})
+    return {**{key: size if value == GROUP_WIDE else value for key, value in settings.items()}, "targets": targets}
 
 
 def _fp4(group: Mapping) -> bool:

@@ -7,8 +7,8 @@ Round to nearest (RTN) is data-free; GPTQ rounds column by column against the in
 by signed gradient descent on the block's output (Cheng et al., 2023). A precision's name carries its method where it
 is not the format's own: ``nvfp4+gptq`` is NVFP4 rounded by GPTQ, ``nvfp4`` NVFP4 rounded to nearest.
 
->>> split_rounding("nvfp4+gptq"), split_rounding("nvfp4"), split_rounding("bf16")
-(('nvfp4', 'gptq'), ('nvfp4', None), ('bf16', None))
+>>> split_rounding("nvfp4+gptq"), split_rounding("mxfp4+quip+gptq"), split_rounding("nvfp4"), split_rounding("bf16")
+(('nvfp4', 'gptq'), ('mxfp4', 'quip+gptq'), ('nvfp4', None), ('bf16', None))
 >>> ROUNDINGS["awq"].modifiers, rounding_of_modifiers(["GPTQModifier"])
 (('AWQModifier', 'QuantizationModifier'), 'gptq')
 """
@@ -46,11 +46,10 @@ def register(method: Rounding) -> Rounding:
 
 def split_rounding(name: str) -> tuple[str, str | None]:
     """A precision's name (its KV cache suffix already off) as its format's name and the rounding it names, if any."""
-    head, _, tail = name.rpartition("+")
-    while head and tail not in ROUNDINGS and "+" in head:  # a method with a "+" of its own (smoothquant+gptq)
-        head, _, more = head.rpartition("+")
-        tail = f"{more}+{tail}"
-    return (head, tail) if head and tail in ROUNDINGS else (name, None)
+    for method in sorted(ROUNDINGS, key=len, reverse=True):  # the longest first: quip+gptq before gptq
+        if name.endswith(f"+{method}") and len(name) > len(method) + 1:
+            return name[: -len(method) - 1], method
+    return name, None
 
 
 def rounding_of_modifiers(names: Sequence[str]) -> str | None:
@@ -75,6 +74,18 @@ register(
         "autoround",
         (("AutoRoundModifier", {"iters": 50, "enable_torch_compile": False}),),
         "AutoRound: each weight's rounding learnt by signed gradient descent on its block's output",
+    )
+)
+# QuIP's block-Hadamard rotations, then GPTQ (Tseng et al., 2024; the lever MR-GPTQ, Egiazarian et al., 2025, found
+# for MXFP4 and NVFP4): each Hadamard block as wide as the format's scale group (the recipe writes the group size in
+# for GROUP_WIDE), deterministic, so that harness/models/rotations.py computes the same rotations on load.
+GROUP_WIDE = "the format's group size"
+QUIP = {"rotations": ["v", "u"], "transform_type": "hadamard", "transform_block_size": GROUP_WIDE}
+register(
+    Rounding(
+        "quip+gptq",
+        (("QuIPModifier", QUIP), ("GPTQModifier", GPTQ)),
+        "QuIP's block-Hadamard rotations of each layer's inputs and outputs, then GPTQ",
     )
 )
 register(

@@ -16,8 +16,8 @@ quant_stage:
       ignore: [lm_head]
       config_groups: {group_0: {targets: [Linear], weights: {num_bits: 4, type: int, strategy: group, group_size: 64}}}
 """
-QUIP = "    QuIPModifier: {transform_type: random-hadamard}\n    GPTQModifier:"
-RECIPE_QUIP = RECIPE_GPTQ.replace("    GPTQModifier:", QUIP)
+SPINQUANT = "    SpinQuantModifier: {rotations: [R1, R2]}\n    GPTQModifier:"
+RECIPE_SPINQUANT = RECIPE_GPTQ.replace("    GPTQModifier:", SPINQUANT)
 
 
 def recipe(name: str, text: str, fragment: str, *more: str) -> tuple:
@@ -55,7 +55,7 @@ QUANTIZE = [
     ("rounding-with-method", ["--method", "gptq", "--rounding", "awq"], "is its rounding already"),
     ("rounding-unknown", ["--precision", "nvfp4", "--rounding", "hqq"], "invalid choice: 'hqq'"),
     ("rounding-of-a-cast", ["--precision", "bf16+gptq"], "bf16 is rounded by rtn only"),
-    recipe("recipe-unread-modifier", RECIPE_QUIP, "not QuIPModifier + GPTQModifier"),
+    recipe("recipe-unread-modifier", RECIPE_SPINQUANT, "not SpinQuantModifier + GPTQModifier"),
     recipe("recipe-no-groups", "s:\n  m_modifiers:\n    GPTQModifier: {ignore: [lm_head]}\n", "gives no config groups"),
     recipe("recipe-not-yaml", "quant_stage: [\n", "not an llm-compressor recipe numprec reads"),
     recipe(

@@ -1,0 +1,79 @@
+"""The rotations a checkpoint declares, applied as it loads: QuIP's block Hadamard before GPTQ (``quip+gptq``).
+
+llm-compressor's QuIPModifier rotates each linear layer: ``v`` multiplies the layer's input by a Hadamard block and
+its weight's input side by the inverse, ``u`` the weight's output side and the layer's output by the inverse, so that
+the layer computes what it did while its weights (and, for W4A4 formats, its inputs) are quantized in a basis where
+outliers are spread over the block (Tseng et al., 2024; MR-GPTQ, Egiazarian et al., 2025, for MXFP4 and NVFP4). The
+checkpoint stores the weights with their rotations fused in and declares the rotations in config.json's
+``quantization_config.transform_config``; the rotations of the inputs and outputs are computed at run time.
+
+transformers (5.23) does not apply a transform_config on load: it reads the rotated weights and leaves the layers'
+inputs and outputs unrotated, so the model computes something else (the stored rotation matrices are reported as
+unexpected keys). ``apply`` puts the run-time rotations on with compressed-tensors' own transform factory, as
+llm-compressor put them on while calibrating: the model then computes bit for bit what llm-compressor's model in
+memory computed (tests/harness/models/test_rotations.py). The weights' rotations are not applied again: they are in
+the stored weights. Each matrix the checkpoint stores is checked against the factory's: a rotation numprec would
+compute otherwise is one line, never a silently different model.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+
+from harness.core.errors import UserError
+
+RUN_TIME = ("input", "output")  # where a rotation is computed as the model runs; the weight ones are stored fused
+
+
+def transform_config(weights: str | Path) -> dict | None:
+    """The transform_config a checkpoint's config.json declares, or None."""
+    config = Path(weights) / "config.json"
+    if not config.is_file():
+        return None
+    found = json.loads(config.read_text(encoding="utf-8")).get("quantization_config") or {}
+    return found.get("transform_config") or None
+
+
+def apply(model: torch.nn.Module, weights: str | Path) -> int:
+    """Put the checkpoint's run-time rotations on ``model`` (loaded from ``weights``); the layers rotated (0 where the
+    checkpoint declares none)."""
+    declared = transform_config(weights)
+    if not declared:
+        return 0
+    from compressed_tensors.transform import TransformConfig
+    from compressed_tensors.transform.factory.base import TransformFactory
+
+    config = TransformConfig.model_validate(declared)
+    rotated: set[str] = set()
+    for name, scheme in config.config_groups.items():
+        run_time = [args for args in scheme.apply if args.location in RUN_TIME]
+        if run_time:
+            TransformFactory.from_scheme(scheme.model_copy(update={"apply": run_time}), name=name).apply_to_model(model)
+            rotated |= {transform.rpartition(".")[0] for transform, _ in _transforms(model, name)}
+    check_stored(model, Path(weights), config)
+    return len(rotated)
+
+
+def _transforms(model: torch.nn.Module, scheme: str) -> list[tuple[str, torch.nn.Module]]:
+    """(the transform's name in the model, the transform) for each run-time transform of ``scheme`` on ``model``."""
+    names = {f"{scheme}_{location}" for location in RUN_TIME}
+    return [(name, module) for name, module in model.named_modules() if name.rpartition(".")[2] in names]
+
+
+def check_stored(model: torch.nn.Module, weights: Path, config) -> None:
+    """Each rotation matrix the checkpoint stores equals the one the factory made for that layer."""
+    from safetensors import safe_open
+
+    made = {f"{name}.weight": transform.weight for scheme in config.config_groups for name, transform in
+            _transforms(model, scheme)}  # fmt: skip
+    for file in sorted(weights.glob("*.safetensors")):
+        with safe_open(str(file), "pt") as stored:
+            for key in stored.keys():  # noqa: SIM118 (a safetensors file is no mapping)
+                if key in made and not torch.equal(stored.get_tensor(key).to(made[key].dtype), made[key].cpu()):
+                    raise UserError(
+                        f"{weights}: the rotation {key} differs from the one compressed-tensors makes from its "
+                        "transform_config; numprec would compute another model than the one quantized"
+                    )
