@@ -42,10 +42,10 @@ from harness.recipes.frontier import points_png
 from harness.recipes.frontier_rows import COLUMNS, best_points, frontier_rows, say_best
 from harness.recipes.frontier_table import (
     REFERENCE,
-    RESOLVE,
     FrontierPoint,
     paired_table,
     recipe_settings,
+    resolution_line,
     sample_needed,
 )
 from harness.recipes.groups import GRANULARITIES
@@ -321,16 +321,9 @@ def write_frontier(args, points: list[FrontierPoint], found: dict, record: dict)
     atomic_write_text(args.out / RECORD, json.dumps(record, indent=1) + "\n")
     deploy = {row.point: deployment(args, found[row.point][0]) for _, row in best_points(rows, args.budgets)}
     say_best(rows, table, args.budgets, deploy)
-    open_pairs = [(row, count) for row, count in needed if row.p_holm >= SIGNIFICANCE]
-    most = max((count for _, count in open_pairs), default=0)
-    if most > args.samples:
-        print(
-            f"{len(open_pairs)} head-to-head pair(s) not resolved: to resolve a {RESOLVE:.0%} difference at the "
-            f"discordance seen, a cell needs about {most} problems; this frontier has {args.samples}: run it again "
-            f"with --samples {most} into another --out"
-        )
-    elif needed:
-        print(f"every head-to-head pair is resolved (Holm p < {SIGNIFICANCE}) at {args.samples} problems a cell")
+    said = resolution_line(needed, args.samples, SIGNIFICANCE)
+    if said:
+        print(said)
     print(
         f"wrote {args.out}/ (frontier.csv, comparisons.csv, frontier.png, {RECORD}); this run "
         f"{record['runs'][-1]['seconds']:.0f} s"

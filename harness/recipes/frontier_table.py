@@ -125,3 +125,35 @@ def sample_needed(table: Sequence[Comparison], points: Sequence[FrontierPoint]) 
         for row in table
         if (row.baseline, row.variant) in pairs and row.length != "all"
     ]
+
+
+def resolution_line(needed: Sequence[tuple[Comparison, int]], samples: int, significance: float) -> str | None:
+    """What the head-to-head pairs (``needed``: each with the problems a 5-point difference needs at its discordance)
+    say at ``samples`` problems a cell: more problems asked for, where a pair is not resolved and needs more; the
+    pairs not resolved although the sample suffices (their differences are below 5 points); or all resolved.
+
+    >>> from types import SimpleNamespace as Row
+    >>> resolution_line([(Row(p_holm=0.2), 700), (Row(p_holm=0.001), 900)], 1000, 0.05).split(": ")[1]
+    'they differ by less (their intervals above)'
+    >>> resolution_line([(Row(p_holm=0.2), 1400)], 1000, 0.05).split(":")[0]
+    '1 head-to-head pair(s) not resolved'
+    >>> resolution_line([(Row(p_holm=0.01), 700)], 1000, 0.05)
+    'every head-to-head pair is resolved (Holm p < 0.05) at 1000 problems a cell'
+    """
+    open_pairs = [count for row, count in needed if row.p_holm >= significance]
+    most = max(open_pairs, default=0)
+    if most > samples:
+        return (
+            f"{len(open_pairs)} head-to-head pair(s) not resolved: to resolve a {RESOLVE:.0%} difference at the "
+            f"discordance seen, a cell needs about {most} problems; this frontier has {samples}: run it again "
+            f"with --samples {most} into another --out"
+        )
+    if open_pairs:
+        return (
+            f"{len(open_pairs)} head-to-head pair(s) not resolved (Holm p >= {significance}), though {samples} "
+            f"problems a cell resolve a {RESOLVE:.0%} difference at the discordance seen: they differ by less (their "
+            "intervals above)"
+        )
+    if needed:
+        return f"every head-to-head pair is resolved (Holm p < {significance}) at {samples} problems a cell"
+    return None
