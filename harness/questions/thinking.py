@@ -52,6 +52,8 @@ THINKING = (
     ),
     Thinking(r"\A\s*analysis(?=[A-Z])", r"assistantfinal", "gpt-oss decoded without its special tokens"),
 )
+# What every known block's marker holds one of (its opening or ending): a text without any has no block
+_MARKS = re.compile(r"[<\[◁]|analysis|assistantfinal", re.IGNORECASE)
 # Tokens that wrap an answer without being part of it: Command's response markers, harmony's message ends.
 _WRAPPERS = re.compile(
     r"<\|(?:START|END)_RESPONSE\|>|<\|start\|>\s*assistant|<\|(?:return|end|call|im_end|eot_id|end_of_text)\|>"
@@ -81,6 +83,8 @@ def split_thinking(text: str, think_end: str | None = None) -> tuple[str, str]:
     """(thinking, answer) of a generation: everything through the last end of a thinking block is thinking; a block
     opened and never closed is thinking to the end (opened before any answer: there is no answer yet; reopened after
     one: the answer ends where it opens). Thinking and answer together are the text."""
+    if think_end is None and not _MARKS.search(text):
+        return "", text  # no known block's marker anywhere: most outputs, decided in one scan
     cut = 0
     for _, ends in blocks(think_end):
         for match in ends.finditer(text, cut):
