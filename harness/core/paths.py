@@ -117,7 +117,7 @@ def _why(path: Path, err: OSError) -> str:
 
 # llm-compressor's environment (bash scripts/setup_quantize.sh): it pins an older transformers than the main one
 QUANTIZE_ENV = Path(__file__).resolve().parents[2] / ".venv-quantize"
-# on the lent GPU, llm-compressor's site staged by scripts/stage_quantize_kit.sh (its install names it here)
+# on the lent GPU, llm-compressor's site staged by scripts/stage_device.sh (its install names it here)
 QUANTIZE_SITE = "NUMPREC_QUANTIZE_SITE"
 
 

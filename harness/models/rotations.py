@@ -18,61 +18,51 @@ compute otherwise is one line, never a silently different model.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import torch
 
 from harness.core.errors import UserError
+from harness.models.checkpoints import quantization_config
 
 RUN_TIME = ("input", "output")  # where a rotation is computed as the model runs; the weight ones are stored fused
-
-
-def transform_config(weights: str | Path) -> dict | None:
-    """The transform_config a checkpoint's config.json declares, or None."""
-    config = Path(weights) / "config.json"
-    if not config.is_file():
-        return None
-    found = json.loads(config.read_text(encoding="utf-8")).get("quantization_config") or {}
-    return found.get("transform_config") or None
 
 
 def apply(model: torch.nn.Module, weights: str | Path) -> int:
     """Put the checkpoint's run-time rotations on ``model`` (loaded from ``weights``); the layers rotated (0 where the
     checkpoint declares none)."""
-    declared = transform_config(weights)
+    declared = (quantization_config(weights) or {}).get("transform_config")
     if not declared:
         return 0
     from compressed_tensors.transform import TransformConfig
     from compressed_tensors.transform.factory.base import TransformFactory
 
     config = TransformConfig.model_validate(declared)
-    rotated: set[str] = set()
     for name, scheme in config.config_groups.items():
         run_time = [args for args in scheme.apply if args.location in RUN_TIME]
         if run_time:
             TransformFactory.from_scheme(scheme.model_copy(update={"apply": run_time}), name=name).apply_to_model(model)
-            rotated |= {transform.rpartition(".")[0] for transform, _ in _transforms(model, name)}
-    check_stored(model, Path(weights), config)
-    return len(rotated)
+    made = transforms(model, set(config.config_groups))
+    check_stored(made, Path(weights))
+    return len({name.rpartition(".")[0] for name in made})
 
 
-def _transforms(model: torch.nn.Module, scheme: str) -> list[tuple[str, torch.nn.Module]]:
-    """(the transform's name in the model, the transform) for each run-time transform of ``scheme`` on ``model``."""
-    names = {f"{scheme}_{location}" for location in RUN_TIME}
-    return [(name, module) for name, module in model.named_modules() if name.rpartition(".")[2] in names]
+def transforms(model: torch.nn.Module, schemes: set[str]) -> dict[str, torch.nn.Module]:
+    """Each run-time transform of ``schemes`` on ``model``, by its name in the model."""
+    names = {f"{scheme}_{location}" for scheme in schemes for location in RUN_TIME}
+    return {name: module for name, module in model.named_modules() if name.rpartition(".")[2] in names}
 
 
-def check_stored(model: torch.nn.Module, weights: Path, config) -> None:
-    """Each rotation matrix the checkpoint stores equals the one the factory made for that layer."""
+def check_stored(made: dict[str, torch.nn.Module], weights: Path) -> None:
+    """Each rotation matrix the checkpoint stores equals the one the factory made for that layer (``made``)."""
     from safetensors import safe_open
 
-    made = {f"{name}.weight": transform.weight for scheme in config.config_groups for name, transform in
-            _transforms(model, scheme)}  # fmt: skip
     for file in sorted(weights.glob("*.safetensors")):
         with safe_open(str(file), "pt") as stored:
             for key in stored.keys():  # noqa: SIM118 (a safetensors file is no mapping)
-                if key in made and not torch.equal(stored.get_tensor(key).to(made[key].dtype), made[key].cpu()):
+                name = key.removesuffix(".weight")
+                if name in made and not torch.equal(stored.get_tensor(key).to(made[name].weight.dtype),
+                                                    made[name].weight.cpu()):  # fmt: skip
                     raise UserError(
                         f"{weights}: the rotation {key} differs from the one compressed-tensors makes from its "
                         "transform_config; numprec would compute another model than the one quantized"

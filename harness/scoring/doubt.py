@@ -84,15 +84,12 @@ def unexplained(text: str, answer: str, question: Question, base: int) -> tuple[
     if base != 10:
         return None
     wanted = question.value(answer)
-    others = set(_DIGITS.findall(text))
-    others.difference_update((wanted, *question.operands))
     known = _known(question)
-    # every run of digits the answer, a digit or a number the question's working or an example has, and no run
-    # grouped by commas (whose whole may be another number than its parts)
-    plain = not others or (
-        all(len(run) == 1 or run.lstrip("0") in known or run.lstrip("0") == wanted for run in others)
-        and not ("," in text and _GROUPED.search(text))
-    )
+    # every run of digits the answer, a digit or a number the question's operands, working or an example has, and no
+    # run grouped by commas (whose whole may be another number than its parts)
+    plain = all(
+        len(run) == 1 or run.lstrip("0") in known or run.lstrip("0") == wanted for run in set(_DIGITS.findall(text))
+    ) and not ("," in text and _GROUPED.search(text))
     # a stem inside another word ("done", "often") is no number: the words are looked for only where a stem is
     stems = bool(text.strip(_NOT_A_LETTER)) and _STEMS.search(text.lower()) is not None
     words = stems and _WORD_NUMBER.search(text) is not None
@@ -100,9 +97,9 @@ def unexplained(text: str, answer: str, question: Question, base: int) -> tuple[
         return None  # explained in one scan: most outputs
     held = None  # the equations that hold: found only where a number needs them
     for start, end, value in _numbers(text, words):
-        if len(value) == 1 or value in question.operands or value == wanted or question.value(value) == wanted:
-            continue  # the common case, decided without the working's values
-        if value in _working(question) or value in _examples() or _not_stated(text, start, end):
+        if len(value) == 1 or value == wanted or value in known or question.value(value) == wanted:
+            continue
+        if _not_stated(text, start, end):
             continue
         held = _holding_equations(text) if held is None else held
         if any(low <= start and end <= high for low, high in held):

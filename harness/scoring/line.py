@@ -137,7 +137,7 @@ def _statement_reading(line: str, statement: Statement, boundaries: list[int], f
         statement.rule == "keyword"
         and isinstance(found, Extraction)
         and found.rule == _NO_NUMERAL
-        and not (_DECIMAL_NUMBER.search(segment))
+        and not _DECIMAL_NUMBER.search(segment)
     ):
         return None  # words about the answer, not its value: "let me know if my answer is wrong"
     if isinstance(found, str) and (segment.rstrip(MARKUP).endswith("?") or line[end : end + 1] == "?"):
