@@ -17,7 +17,7 @@ import tempfile
 from pathlib import Path
 
 from bench.common import log
-from bench.gptq import save_random
+from bench.gptq import PRECISION, quantized, save_random
 from harness.core.paths import quantize_command
 
 ARCHITECTURE, BLOCKS = "smollm2-135m", 2
@@ -25,18 +25,13 @@ ARCHITECTURE, BLOCKS = "smollm2-135m", 2
 
 def bench_deploy(device: str, problems: int) -> dict:
     command = quantize_command()
-    found: dict = {"architecture": ARCHITECTURE, "blocks": BLOCKS, "device": device, "precision": "nvfp4+gptq"}
+    found: dict = {"architecture": ARCHITECTURE, "blocks": BLOCKS, "device": device, "precision": PRECISION}
     if command is None:
         return {**found, "skipped": "llm-compressor is not installed here"}
     with tempfile.TemporaryDirectory() as work:
         source, checkpoint, run = Path(work) / "random", Path(work) / "nvfp4-gptq", Path(work) / "run"
         save_random(ARCHITECTURE, BLOCKS, source)
-        python, env = command
-        argv = ["--model", "smollm2", "--model-path", str(source), "--precision", "nvfp4+gptq", "--samples", "8"]
-        quantize = [*python, "-m", "harness.quantize", *argv, "--out", str(checkpoint)]
-        made = subprocess.run(quantize, env=env, capture_output=True, text=True)
-        if made.returncode != 0:
-            raise RuntimeError(f"harness.quantize failed ({made.returncode}): {made.stderr.strip()[-2000:]}")
+        quantized(command, source, checkpoint, 8)
         grid = ["--tasks", "add", "--lengths", "1", "--samples", str(problems)]
         argv = ["--model", "smollm2", "--model-path", str(checkpoint), "--backend", "vllm", *grid, "--out", str(run)]
         done = subprocess.run([sys.executable, "-m", "harness.eval", *argv], capture_output=True, text=True)

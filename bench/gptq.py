@@ -21,14 +21,13 @@ from pathlib import Path
 
 from bench.common import log
 from bench.decode import ARCHITECTURES, header, random_llama
+from harness.core.paths import quantize_command
 
 BLOCKS = {"llama-3.1-8b": 8}  # of 32: one call of the lent GPU (gpu.md); other architectures whole
 PRECISION = "nvfp4+gptq"
 
 
 def bench_gptq(architecture: str, device: str, samples: int) -> dict:
-    from harness.core.paths import quantize_command
-
     blocks = BLOCKS.get(architecture, ARCHITECTURES[architecture]["num_hidden_layers"])
     command = quantize_command()
     if command is None:
@@ -38,15 +37,9 @@ def bench_gptq(architecture: str, device: str, samples: int) -> dict:
         started = time.perf_counter()
         saved = save_random(architecture, blocks, source)
         built = time.perf_counter() - started
-        argv = ["--model", "smollm2", "--model-path", str(source), "--precision", PRECISION]
-        argv += ["--samples", str(samples), "--out", str(out)]
         started = time.perf_counter()
-        python, env = command
-        done = subprocess.run([*python, "-m", "harness.quantize", *argv], env=env, capture_output=True, text=True)
+        made = quantized(command, source, out, samples)
         wall = time.perf_counter() - started
-        if done.returncode != 0:
-            raise RuntimeError(f"harness.quantize failed ({done.returncode}): {done.stderr.strip()[-2000:]}")
-        made = json.loads((out / "numprec_quantize.json").read_text())
         config = json.loads((out / "config.json").read_text())["quantization_config"]
     total = ARCHITECTURES[architecture]["num_hidden_layers"]
     results = {
@@ -70,6 +63,18 @@ def bench_gptq(architecture: str, device: str, samples: int) -> dict:
         f"{made['seconds']:.1f} s ({results['block_s']:.1f} s a block), the command {wall:.1f} s"
     )
     return results
+
+
+def quantized(command: tuple[list[str], dict[str, str]], source: Path, out: Path, samples: int) -> dict:
+    """``python -m harness.quantize --precision nvfp4+gptq`` of the model at ``source`` into ``out``, run as
+    ``command`` (harness/core/paths.py's quantize_command) says; the checkpoint's numprec_quantize.json."""
+    python, env = command
+    argv = ["--model", "smollm2", "--model-path", str(source), "--precision", PRECISION]
+    argv += ["--samples", str(samples), "--out", str(out)]
+    done = subprocess.run([*python, "-m", "harness.quantize", *argv], env=env, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise RuntimeError(f"harness.quantize failed ({done.returncode}): {done.stderr.strip()[-2000:]}")
+    return json.loads((out / "numprec_quantize.json").read_text())
 
 
 def save_random(architecture: str, blocks: int, where: Path) -> int:
