@@ -83,13 +83,14 @@ def unexplained(text: str, answer: str, question: Question, base: int) -> tuple[
     docstring); None where every number is explained (or the base is not 10)."""
     if base != 10:
         return None
-    wanted = question.value(answer)
     known = _known(question)
     # every run of digits the answer, a digit or a number the question's operands, working or an example has, and no
     # run grouped by commas (whose whole may be another number than its parts)
-    plain = all(
-        len(run) == 1 or run.lstrip("0") in known or run.lstrip("0") == wanted for run in set(_DIGITS.findall(text))
-    ) and not ("," in text and _GROUPED.search(text))
+    runs = [run for run in set(_DIGITS.findall(text)).difference(known) if len(run) > 1]
+    wanted = question.value(answer)
+    plain = all(run.lstrip("0") in known or run.lstrip("0") == wanted for run in runs) and not (
+        "," in text and _GROUPED.search(text)
+    )
     # a stem inside another word ("done", "often") is no number: the words are looked for only where a stem is
     stems = bool(text.strip(_NOT_A_LETTER)) and _STEMS.search(text.lower()) is not None
     words = stems and _WORD_NUMBER.search(text) is not None

@@ -23,6 +23,7 @@ from harness.scoring.verdicts import Extraction
 _CLAUSE_END = re.compile(r"[.,;!?](?=\s)")
 _ARITHMETIC = " \t+-*/×·÷^()[],.$_`"
 _DECIMAL_NUMBER = re.compile(r"\d")
+_SIGN = re.compile(r"(?<![=<>!])=(?!=)")  # a '=' that is not part of '==', '<=', '>=' or '!='
 
 
 @dataclass
@@ -41,7 +42,15 @@ def clause_end(line: str, start: int, end: int) -> int:
 
 
 def equals_signs(line: str) -> list[int]:
-    """Indices of every '=' outside brackets that is not part of '==', '<=', '>=' or '!='."""
+    """Indices of every '=' outside brackets that is not part of '==', '<=', '>=' or '!='.
+
+    >>> equals_signs("7 + 8 = 15"), equals_signs("f(x=1) = 2 == 2"), equals_signs("a <= b"), equals_signs("no sign")
+    ([6], [7], [], [])
+    """
+    if "=" not in line:
+        return []  # most lines of working hold none: no walk over their characters
+    if "(" not in line and "[" not in line and "{" not in line:
+        return [sign.start() for sign in _SIGN.finditer(line)]  # no bracket: one regex scan, no depth to keep
     depth, found = 0, []
     for index, char in enumerate(line):
         if char in "([{":
@@ -63,9 +72,9 @@ def equation_statements(line: str, question: Question, base: int, signs: list[in
         if sign <= skip_until:
             continue
         opens_line = not line[:sign].strip(MARKUP)
-        left = None if opens_line else expression_before(line, sign, base, question.reach)
         if not (opens_line or question.is_asked(line, sign, base)):
             continue
+        left = None if opens_line else expression_before(line, sign, base, question.reach)
         last = number
         while last + 1 < len(signs) and chain_link(line[signs[last] + 1 : signs[last + 1]], base):
             last += 1

@@ -59,9 +59,9 @@ _FULL_WIDTH = str.maketrans(
     }
     | {"＝": " = ", "＋": " + ", "＊": " * ", "　": " "}
 )
-_WORD_OPERATORS = (  # the words, the sign they stand for, and what the lowered line holds wherever they are there
-    (re.compile(r"\bplus\b", re.IGNORECASE), "plus", "+", ("plus",)),
-    (re.compile(r"\b(?:times|multiplied\s+by)\b", re.IGNORECASE), "times", "*", ("times", "multiplied")),
+_WORD_OPERATORS = (  # the words, and the sign they stand for
+    (re.compile(r"\bplus\b", re.IGNORECASE), "plus", "+"),
+    (re.compile(r"\b(?:times|multiplied\s+by)\b", re.IGNORECASE), "times", "*"),
 )
 
 
@@ -91,10 +91,11 @@ def clean(line: str, base: int) -> str:
     line = _LATEX_ALIGN.sub("", line) if "&" in line or "\\" in line else line
     if "\\" in line:
         line = _LATEX_TIMES.sub("*", _TEXT_WRAPPER.sub(r"\1", _MATH_DELIMITERS.sub(" ", line)))
-    lowered = line.lower()  # a scan for the words only where they may be: most lines hold none
-    for words, word, sign, held in _WORD_OPERATORS:
-        if any(part in lowered for part in held) and not set(word) <= digit_chars(base):
-            line = words.sub(sign, line)
+    lowered = line.lower()  # the words looked for only where they may be: most lines hold none
+    if "plus" in lowered or "times" in lowered or "multiplied" in lowered:
+        for words, word, sign in _WORD_OPERATORS:
+            if not set(word) <= digit_chars(base):
+                line = words.sub(sign, line)
     return own_base_annotation(base).sub("", line).strip()
 
 

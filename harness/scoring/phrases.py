@@ -36,6 +36,7 @@ _WORKING = re.compile(
     r"|carry|new|previous|current)\s+(?:digits?\s+)?$",
     re.IGNORECASE,
 )
+_LETTER = re.compile(r"[a-zA-Z]")
 NEGATION = re.compile(r"(?:\bnot|\bnever|n't)\s*$", re.IGNORECASE)  # "not 7 + 8 = 15", "isn't 7 + 8 = 15"
 
 FINAL_PHRASE = re.compile(r"\bfinal\s+answer\b|\banswer\s*(?:is\b|:)|\bresult\s*(?:is\b|:)", re.IGNORECASE)
@@ -60,6 +61,8 @@ def keyword_statements(line: str, question: Question, base: int) -> list[Stateme
     """ "The answer [to X] is", "X is", "X, which is", "the last L digits of X are": each where X, if named, is the
     question. An implicit statement ("The answer is 110") on a line that names one of the prompt's examples and not
     the question is about that example."""
+    if not _LETTER.search(line):
+        return []  # every phrase is words: a line of working alone ("47 + 85 = 132") states nothing in them
     found = []
     after_noun = _after_noun(question.reach)
     example = None

@@ -96,6 +96,8 @@ def _bracketed_side(text: str, end: int, base: int, reach: int) -> tuple[str | N
     operator is the same (addition and multiplication are associative). None where brackets do not balance, where
     an operator of another kind stands before it (``132 - (47 + 85)``), or where it holds no bracket."""
     low, index = max(0, end - reach), end
+    if text.find("(", low, end) < 0:
+        return None  # no bracket opens within reach: most equations (the walk below would find none)
     while index > low and text[index - 1] in MARKUP:
         index -= 1
     digits, start, depth = digit_chars(base), index, 0
