@@ -98,7 +98,8 @@ def frontier_png(recipes: dict, title: str) -> bytes:
 def points_png(rows: Sequence, title: str) -> bytes:
     """harness.frontier's plot, a panel a cell: exact match against bits a weight with Wilson intervals, one series
     per rounding method (uniform TARGET and its recipes joined by bits, its best rules as open markers of its
-    colour), uniform KEEP as a square, fp32 as a dotted line; the Pareto set ringed."""
+    colour), uniform KEEP as a square, fp32 as a dotted line; the Pareto set ringed. The cell is the title's second
+    line: a title naming three methods fills the panel's width."""
     cells = list(dict.fromkeys((row.task, row.length) for row in rows))
     fig, axes = plt.subplots(1, len(cells), figsize=(7 * len(cells), 4.5), squeeze=False)
     for ax, (task, length) in zip(axes[0], cells, strict=True):
@@ -117,7 +118,7 @@ def points_png(rows: Sequence, title: str) -> bytes:
         front = [row for row in cell if row.pareto and row.kind != "reference"]
         ax.scatter([row.bits for row in front], [row.accuracy for row in front], s=180, facecolors="none",
                    edgecolors="grey", label="Pareto set")  # fmt: skip
-        accuracy_axes(ax, f"{title} ({task} n={length})", "bits a weight of the quantized layers (as stored)")
+        accuracy_axes(ax, f"{title}\n({task} n={length})", "bits a weight of the quantized layers (as stored)")
     return figure_png(fig)
 
 

@@ -8,7 +8,9 @@ table, one family:
 
 - every point against fp32;
 - at each method and budget, the search's recipe against the best rule (the head to head a recommendation needs);
-- each method against round to nearest at equal cost: uniform against uniform, a budget's recipe against RTN's.
+- each method against round to nearest at equal cost: uniform against uniform, a budget's recipe against RTN's;
+- a method that builds on another (``quip+gptq``: rotations, then GPTQ) against that one at equal cost: what the
+  step it adds is worth, against what a practitioner would run without it.
 
 The Pareto set (no other point answers at least as well with at most as many bits, one of them strictly) is marked
 per cell; the problems a cell needs are those that resolve a 5-point difference at the discordance each head-to-head
@@ -75,6 +77,8 @@ def head_to_head(points: Sequence[FrontierPoint]) -> list[tuple[str, str]]:
     ...          FrontierPoint("nvfp4+gptq 5bits", "gptq", "search", 5.0)]
     >>> head_to_head(found)
     [('nvfp4 5bits rule', 'nvfp4 5bits'), ('nvfp4', 'nvfp4+gptq'), ('nvfp4 5bits', 'nvfp4+gptq 5bits')]
+    >>> head_to_head([*found[:2], FrontierPoint("nvfp4+quip+gptq", "quip+gptq", "uniform")])[-1]
+    ('nvfp4+gptq', 'nvfp4+quip+gptq')
     """
     by = {(point.method, point.kind, point.budget): point.name for point in points}
     found = []
@@ -86,6 +90,11 @@ def head_to_head(points: Sequence[FrontierPoint]) -> list[tuple[str, str]]:
         rtn = by.get(("rtn", point.kind, point.budget))
         if point.kind in ("uniform", "search") and point.method != "rtn" and rtn:
             found.append((rtn, point.name))
+    for point in points:
+        extended = point.method.partition("+")[2]  # quip+gptq builds on gptq
+        under = by.get((extended, point.kind, point.budget)) if extended and extended != "rtn" else None
+        if point.kind in ("uniform", "search") and under:
+            found.append((under, point.name))
     return found
 
 
