@@ -18,7 +18,8 @@ on-disk cache warm and its vector-ISA check remembered by harness/core/vec_isa.p
 and row count: groups are taken as rows of one group each; it compiles once the eager values and those the current
 forward brings (``expect``) pay for it. Layers that take one input (q, k and v; gate and up) quantize it once: the
 next layer given the same tensor, its bits unchanged, in equal args, gets the same result (a copy of the input is
-kept only after layers whose next layer took their input before: not after o_proj and down_proj). A machine where
+kept only after layers whose next layer took their input before: not after o_proj and down_proj). A decode step's
+input runs the kernel on one thread, where waking the second costs more than its share of the work. A machine where
 compiling fails keeps the eager path and says so once.
 """
 
@@ -42,6 +43,11 @@ STRATEGIES = ("group", "tensor_group")
 # quantized that many eagerly (a small run never pays for a compile it would not earn back; the bits are the same).
 COMPILE_AFTER = 100_000_000
 KERNEL = f"compiled by inductor into one loop a call, after the first {COMPILE_AFTER:.0e} values eager"
+# At most this many values a call run on one thread: the kernel's four parallel loops each end at a barrier, and at a
+# decode step's size waking the second thread costs more than the arithmetic it takes (on 2 cores, idle: 229 -> 27 us
+# a call at 1 row of 576, 260 -> 88 us at 40 rows, even at 256 rows; beside a busy core 4.9 ms -> 0.12 ms at 40 rows).
+# Each group's values are reduced within one iteration of the loop, so the thread count changes no bit.
+ONE_THREAD = 2**17
 
 _compiled: dict[str, Callable] = {}  # by the format's args as JSON
 _seen: dict[tuple[int, bool], tuple[object, Callable]] = {}  # by the args object, which is held to keep its id
@@ -113,13 +119,22 @@ def applies(value: torch.Tensor, base_name: str, args) -> bool:
 
 
 def quantize_dequantize(value: torch.Tensor, global_scale: torch.Tensor | None, args) -> torch.Tensor:
-    """``value`` quantized and dequantized as compressed-tensors' ``forward_quantize`` would, in one compiled pass."""
+    """``value`` quantized and dequantized as compressed-tensors' ``forward_quantize`` would, in one compiled pass.
+    An input of a decode step's size runs on this thread alone (ONE_THREAD)."""
     width = value.shape[-1]
     if args.group_size and width % args.group_size == 0:
         width = args.group_size  # groups are independent runs of a row: one graph serves every input width
     rows = value.reshape(1, -1, width)
     torch._dynamo.decorators.mark_unbacked(rows, 1)  # any count, 1 included, without a graph of its own
-    return _compiled_for(args, global_scale)(rows, global_scale).reshape(value.shape)
+    compiled = _compiled_for(args, global_scale)
+    threads = torch.get_num_threads()
+    if value.numel() > ONE_THREAD or threads == 1:
+        return compiled(rows, global_scale).reshape(value.shape)
+    torch.set_num_threads(1)  # the same kernel: its OpenMP regions take their size from this at each call
+    try:
+        return compiled(rows, global_scale).reshape(value.shape)
+    finally:
+        torch.set_num_threads(threads)
 
 
 def install(compile_after: int | None = None) -> None:

@@ -210,3 +210,28 @@ def test_weights_other_devices_per_token_and_static_scales_keep_the_library_path
     assert not activation_qdq.applies(value.to("meta"), "input", args)
     for preset in ("FP8_DYNAMIC", "W8A8", "FP8"):  # per token at run time; FP8's is a calibrated, static scale
         assert not activation_qdq.applies(value, "input", preset_name_to_scheme(preset, ["Linear"]).input_activations)
+
+
+def test_a_decode_sized_input_runs_on_one_thread_and_gives_the_same_bits(monkeypatch):
+    """Below ONE_THREAD values the kernel runs with one thread, the count given back after; the bits are those of
+    the same kernel on two threads (each group is reduced within one iteration)."""
+    args = preset_name_to_scheme("NVFP4", ["Linear"]).input_activations
+    scale = torch.tensor([448.0 * 6.0 / 37.5])
+    value = activations(40, 3)
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    counts = []
+    set_threads = torch.set_num_threads
+    monkeypatch.setattr(torch, "set_num_threads", lambda count: (counts.append(count), set_threads(count))[1])
+    try:
+        alone = activation_qdq.quantize_dequantize(value, scale, args)
+        assert counts == [1, 2] and torch.get_num_threads() == 2
+        monkeypatch.setattr(activation_qdq, "ONE_THREAD", 0)
+        both = activation_qdq.quantize_dequantize(value, scale, args)
+        assert counts == [1, 2]  # the same input above the limit: two threads, the count untouched
+    finally:
+        set_threads(before)
+    assert same_bits(alone, both)
+    layer = Layer()
+    layer.input_global_scale = scale
+    assert same_bits(alone, activation_qdq.library_forward_quantize()(layer, value, "input", args))
