@@ -19,8 +19,8 @@ and row count: groups are taken as rows of one group each; it compiles once the 
 forward brings (``expect``) pay for it. Layers that take one input (q, k and v; gate and up) quantize it once: the
 next layer given the same tensor, its bits unchanged, in equal args, gets the same result (a copy of the input is
 kept only after layers whose next layer took their input before: not after o_proj and down_proj). A decode step's
-input runs the kernel on one thread, where waking the second costs more than its share of the work. A machine where
-compiling fails keeps the eager path and says so once.
+input runs the kernel on one thread (a second trace, the same kernel), where waking the second thread costs more than
+its share of the work. A machine where compiling fails keeps the eager path and says so once.
 """
 
 from __future__ import annotations
@@ -46,7 +46,10 @@ KERNEL = f"compiled by inductor into one loop a call, after the first {COMPILE_A
 # At most this many values a call run on one thread: the kernel's four parallel loops each end at a barrier, and at a
 # decode step's size waking the second thread costs more than the arithmetic it takes (on 2 cores, idle: 229 -> 27 us
 # a call at 1 row of 576, 260 -> 88 us at 40 rows, even at 256 rows; beside a busy core 4.9 ms -> 0.12 ms at 40 rows).
-# Each group's values are reduced within one iteration of the loop, so the thread count changes no bit.
+# Each group's values are reduced within one iteration of the loop, so the thread count changes no bit. The kernel is
+# compiled with inductor's cpp.dynamic_threads (its OpenMP team sized at each call, not fixed when it is built), so one
+# kernel serves both counts; dynamo still guards on the thread count, so the first one-thread call traces the function
+# a second time and loads that kernel from inductor's cache (0.4 s measured here), instead of building a second one.
 ONE_THREAD = 2**17
 
 _compiled: dict[str, Callable] = {}  # by the format's args as JSON
@@ -96,7 +99,11 @@ def _compiled_for(args, global_scale: torch.Tensor | None) -> Callable:
         _compiled[key] = torch.compile(
             function,
             dynamic=False,
-            options={"emulate_precision_casts": True, "guard_filter_fn": torch.compiler.keep_portable_guards_unsafe},
+            options={
+                "emulate_precision_casts": True,
+                "cpp.dynamic_threads": True,  # one kernel for any thread count (ONE_THREAD)
+                "guard_filter_fn": torch.compiler.keep_portable_guards_unsafe,
+            },
         )
     _seen[seen] = (args, _compiled[key])
     return _compiled[key]
