@@ -29,7 +29,8 @@ probes_started = 0  # loads checked by a process of their own in this process (t
 _installed = False
 
 
-def _cpu_flags() -> str:
+def cpu_flags() -> str:
+    """The CPU's flags line (/proc/cpuinfo), what decides which vector instructions compiled code may use."""
     try:
         with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as cpuinfo:
             return next((line for line in cpuinfo if line.startswith(("flags", "Features"))), "")
@@ -49,7 +50,7 @@ def _marker(library: str) -> Path:
         torch.__version__,
         os.path.dirname(torch.__file__),
         platform.node(),
-        _cpu_flags(),
+        cpu_flags(),
     ]
     return cache_root() / "vec-isa" / hashlib.sha256("\n".join(facts).encode()).hexdigest()
 

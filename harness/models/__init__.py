@@ -8,7 +8,8 @@
   several formats; stored_bits.py: bits a weight as stored;
 - gguf.py (GGUF variants, requantized once), autoawq.py (AutoAWQ checkpoints), awq_kernels.py (gptqmodel's AWQ kernel,
   chosen and built);
-- fp4.py and activation_qdq.py: compressed-tensors' FP4 rounding and activation quantization in one pass on a CPU.
+- fp4.py and activation_qdq.py: compressed-tensors' FP4 rounding and activation quantization in one pass on a CPU;
+  qdq_kernels.py: that pass compiled ahead of time, once a machine, and loaded by each process.
 
 Above the questions; beside scoring. The registry's names are importable from here.
 """

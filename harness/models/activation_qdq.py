@@ -4,7 +4,7 @@ Where a scheme's activations take a scale per group found at run time (NVFP4: gr
 MXFP4 and MXFP8: groups of 32 with power-of-two scales; FP8 blocks), compressed-tensors quantizes every linear layer's
 input at every call in eager torch: the groups' minimum and maximum, the scales, a division, a clamp, the rounding and
 a multiplication are each a pass over the whole activation (about fifteen for FP4), 1 to 3 times the matmul's own
-time on 2 cores. The same library functions traced by ``torch.compile`` become one C++ loop nest (inductor): 7 to 12
+time on 2 cores. The same library functions exported and compiled by inductor become one C++ loop nest: 7 to 12
 times faster on the 135M model's shapes. What is compiled is compressed-tensors' own code
 (``compute_dynamic_scales_and_zp``, then ``fake_quantize``), so the arithmetic is the library's; inductor is told to
 keep the bfloat16 roundings the eager code makes (``emulate_precision_casts``), and the input's zeros are made +0.0
@@ -13,47 +13,52 @@ with the eager library bit for bit.
 
 ``install()`` puts the compiled path where compressed-tensors' layer forward looks its quantizer up
 (``compressed_tensors.quantization.lifecycle.forward.forward_quantize``); weights, static scales, per-token formats
-and other devices keep the library's own path. A format compiles once a process (about 1.5 s with inductor's
-on-disk cache warm and its vector-ISA check remembered by harness/core/vec_isa.py, 5 s cold), for every input width
-and row count: groups are taken as rows of one group each; it compiles once the eager values and those the current
-forward brings (``expect``) pay for it. Layers that take one input (q, k and v; gate and up) quantize it once: the
-next layer given the same tensor, its bits unchanged, in equal args, gets the same result (a copy of the input is
-kept only after layers whose next layer took their input before: not after o_proj and down_proj). A decode step's
-input runs the kernel on one thread (a second trace, the same kernel), where waking the second thread costs more than
-its share of the work. A machine where compiling fails keeps the eager path and says so once.
+and other devices keep the library's own path. The kernel is built ahead of time (harness/models/qdq_kernels.py)
+once a machine and format, into numprec's cache, and loaded by each process in milliseconds, for every input width
+and row count: groups are taken as rows of one group each. A process that finds none on disk builds it once the
+eager values and those the current forward brings (``expect``) pay for it. Layers that take one input (q, k and v;
+gate and up) quantize it once: the next layer given the same tensor, its bits unchanged, in equal args, gets the
+same result (a copy of the input is kept only after layers whose next layer took their input before: not after
+o_proj and down_proj). A decode step's input runs the kernel on one thread, where waking the second thread can cost
+more than its share of the work. A machine where compiling fails keeps the eager path and says so once.
 """
 
 from __future__ import annotations
 
+import functools
 import sys
-import types
 import weakref
 from collections.abc import Callable
+from pathlib import Path
 
 import numpy
 import torch
+from tqdm import tqdm
 
-from harness.core import vec_isa
+from harness.models import qdq_kernels
+from harness.models.qdq_kernels import Kernel
 
 DYNAMIC = (True, "local")
 # Per-group scales only: there the eager code's passes cost 3 to 12 times the compiled loop. Per-token formats (FP8,
-# INT8) gain 1.3 to 2x, less than the compile costs a quick evaluation, and stay eager.
+# INT8) gain 1.3 to 2x, less than building a kernel costs, and stay eager.
 STRATEGIES = ("group", "tensor_group")
-# Compiling costs 2.5 to 5 s a format, about what the eager code takes for 10^8 values: a process compiles once it has
-# quantized that many eagerly (a small run never pays for a compile it would not earn back; the bits are the same).
+# Building a format's kernel costs 8 to 15 s on 2 cores, once a machine; 10^8 values quantized eagerly cost 2.5 to
+# 5 s: a process without the kernel on disk builds it once it has quantized that many eagerly (a small run never
+# waits for a build; the bits are the same). A kernel on disk is loaded at the first call (milliseconds).
 COMPILE_AFTER = 100_000_000
-KERNEL = f"compiled by inductor into one loop a call, after the first {COMPILE_AFTER:.0e} values eager"
-# At most this many values a call run on one thread: the kernel's four parallel loops each end at a barrier, and at a
-# decode step's size waking the second thread costs more than the arithmetic it takes (on 2 cores, idle: 229 -> 27 us
-# a call at 1 row of 576, 260 -> 88 us at 40 rows, even at 256 rows; beside a busy core 4.9 ms -> 0.12 ms at 40 rows).
-# Each group's values are reduced within one iteration of the loop, so the thread count changes no bit. The kernel is
-# compiled with inductor's cpp.dynamic_threads (its OpenMP team sized at each call, not fixed when it is built), so one
-# kernel serves both counts; dynamo still guards on the thread count, so the first one-thread call traces the function
-# a second time and loads that kernel from inductor's cache (0.4 s measured here), instead of building a second one.
+KERNEL = (
+    f"compiled ahead of time by AOTInductor into one loop a call, built once a machine after {COMPILE_AFTER:.0e} "
+    "values eager"
+)
+# At most this many values a call run on one thread: the kernel's parallel loops each end at a barrier, and at a
+# decode step's size waking the second thread can cost more than the arithmetic it takes (on 2 cores beside a busy
+# core 4.9 ms -> 0.12 ms a call at 40 rows of 576). Each group's values are reduced within one iteration of the loop,
+# so the thread count changes no bit; the kernel is built with inductor's cpp.dynamic_threads (its OpenMP team sized
+# at each call), so one kernel serves both counts.
 ONE_THREAD = 2**17
 
-_compiled: dict[str, Callable] = {}  # by the format's args as JSON
-_seen: dict[tuple[int, bool], tuple[object, Callable]] = {}  # by the args object, which is held to keep its id
+_kernels: dict[Path, Kernel | None] = {}  # by package: loaded, or None where none was on disk when looked for
+_paths: dict[tuple, tuple[object, Path]] = {}  # by the args object (held, to keep its id), dtype, width, scale
 _state: dict = {
     "installed": False,
     "failed": None,
@@ -79,34 +84,32 @@ def _quantize_dequantize(
     return fake(x=value, scale=scale, zero_point=zero, args=args, global_scale=global_scale)
 
 
-def _compiled_for(args, global_scale: torch.Tensor | None) -> Callable:
-    """The compiled quantize-dequantize for one format (one set of quantization args, with or without a global
-    scale). Each gets a code object of its own, so that its guards can be the tensors' alone (guards on the args'
-    every attribute cost 34 us a call): the args are this function's own, fixed when it is made."""
+def _bound(args) -> Callable:
+    """The quantize-dequantize of one format: ``args`` and the library's two functions bound to it."""
     from compressed_tensors.quantization.lifecycle.forward import fake_quantize
     from compressed_tensors.quantization.utils import compute_dynamic_scales_and_zp
 
-    seen = (id(args), global_scale is not None)  # the args object a layer holds; kept alive in _seen below
-    if seen in _seen:
-        return _seen[seen][1]
-    key = f"{args.model_dump_json()} global scale: {global_scale is not None}"
-    if key not in _compiled:
-        vec_isa.remember()  # inductor's check of the CPU's vector instructions, once a machine
-        code = _quantize_dequantize.__code__.replace(co_name=f"quantize_dequantize_{len(_compiled)}")
-        bound = (args, compute_dynamic_scales_and_zp, fake_quantize)  # defaults, not a partial: torch.compile
-        # wraps a partial in one shared function, which would put every format under one code object again
-        function = types.FunctionType(code, _quantize_dequantize.__globals__, code.co_name, bound)
-        _compiled[key] = torch.compile(
-            function,
-            dynamic=False,
-            options={
-                "emulate_precision_casts": True,
-                "cpp.dynamic_threads": True,  # one kernel for any thread count (ONE_THREAD)
-                "guard_filter_fn": torch.compiler.keep_portable_guards_unsafe,
-            },
-        )
-    _seen[seen] = (args, _compiled[key])
-    return _compiled[key]
+    return functools.partial(_quantize_dequantize, args=args, scales=compute_dynamic_scales_and_zp, fake=fake_quantize)
+
+
+def _kernel(args, dtype: torch.dtype, width: int, global_scale: torch.Tensor | None, make: bool) -> Kernel | None:
+    """The compiled quantize-dequantize for one format and input (its package loaded, from disk or built now where
+    ``make``), or None where none is built and ``make`` is false."""
+    scale = None if global_scale is None else (global_scale.dtype, tuple(global_scale.shape))
+    seen = (id(args), dtype, width, scale)  # the args object a layer holds; kept alive in _paths below
+    if seen not in _paths:
+        _paths[seen] = (args, qdq_kernels.package_path(_quantize_dequantize, args, dtype, width, global_scale))
+    path = _paths[seen][1]
+    if path not in _kernels or (_kernels[path] is None and make):
+        _kernels[path] = qdq_kernels.load(path)
+        if _kernels[path] is None and make:
+            _kernels[path] = qdq_kernels.build(_bound(args), dtype, width, global_scale, path)
+    return _kernels[path]
+
+
+def compiled(args) -> bool:
+    """Whether a layer quantizing its input by ``args`` has run the compiled kernel in this process."""
+    return any(key[0] == id(args) and _kernels.get(path) is not None for key, (_, path) in _paths.items())
 
 
 def dynamic(args) -> bool:
@@ -115,9 +118,11 @@ def dynamic(args) -> bool:
 
 
 def applies(value: torch.Tensor, base_name: str, args) -> bool:
-    """The compiled path takes a CPU layer input whose scales are found at run time, in a strategy it covers."""
+    """The compiled path takes a CPU layer input whose scales are found at run time, in a strategy it covers, where
+    no gradient is to flow through it (the kernel has no backward)."""
     return (
         base_name == "input"
+        and not value.requires_grad
         and value.device.type == "cpu"
         and value.numel() > 0
         and dynamic(args)
@@ -126,20 +131,27 @@ def applies(value: torch.Tensor, base_name: str, args) -> bool:
 
 
 def quantize_dequantize(value: torch.Tensor, global_scale: torch.Tensor | None, args) -> torch.Tensor:
-    """``value`` quantized and dequantized as compressed-tensors' ``forward_quantize`` would, in one compiled pass.
-    An input of a decode step's size runs on this thread alone (ONE_THREAD)."""
+    """``value`` quantized and dequantized as compressed-tensors' ``forward_quantize`` would, in one compiled pass
+    (its package built first where none is). An input of a decode step's size runs on this thread alone
+    (ONE_THREAD)."""
+    return _run(_kernel(args, value.dtype, _width(value, args), global_scale, make=True), value, global_scale, args)
+
+
+def _width(value: torch.Tensor, args) -> int:
+    """The kernel's row: one group where groups divide the input's width (so one kernel serves every width), else
+    the whole width."""
     width = value.shape[-1]
-    if args.group_size and width % args.group_size == 0:
-        width = args.group_size  # groups are independent runs of a row: one graph serves every input width
-    rows = value.reshape(1, -1, width)
-    torch._dynamo.decorators.mark_unbacked(rows, 1)  # any count, 1 included, without a graph of its own
-    compiled = _compiled_for(args, global_scale)
+    return args.group_size if args.group_size and width % args.group_size == 0 else width
+
+
+def _run(kernel: Kernel, value: torch.Tensor, global_scale: torch.Tensor | None, args) -> torch.Tensor:
+    rows = value.reshape(1, -1, _width(value, args)).contiguous()
     threads = torch.get_num_threads()
     if value.numel() > ONE_THREAD or threads == 1:
-        return compiled(rows, global_scale).reshape(value.shape)
+        return kernel(rows, global_scale).reshape(value.shape)
     torch.set_num_threads(1)  # the same kernel: its OpenMP regions take their size from this at each call
     try:
-        return compiled(rows, global_scale).reshape(value.shape)
+        return kernel(rows, global_scale).reshape(value.shape)
     finally:
         torch.set_num_threads(threads)
 
@@ -162,31 +174,37 @@ def install(compile_after: int | None = None) -> None:
         if not applies(value, base_name, args):
             return library(module, value, base_name, args)
         global_scale = getattr(module, f"{base_name}_global_scale", None)
-        reusable = not value.requires_grad  # a result shared by layers must not join two autograd graphs
-        if reusable and _last:
+        if _last:
             earlier = _last[0]
             if earlier[0] not in _shares:  # learned at the call after its first: does the next layer take its input
                 _shares[earlier[0]] = earlier[1] is value
             if _same_input(earlier, value, args, global_scale):
                 return _last[1]  # q, k and v (gate and up) quantize the same input in the same format
-        result = None
-        if _earned(value):
-            try:
-                result = quantize_dequantize(value, global_scale, args)
-            except Exception as failure:  # no C++ compiler, or inductor refusing this machine: the eager path
-                _state["failed"] = f"{type(failure).__name__}: {str(failure).splitlines()[0] if str(failure) else ''}"
-                print(
-                    f"numprec: activations quantized in eager torch (torch.compile failed here: {_state['failed']})",
-                    file=sys.stderr,
-                )
+        result = _compiled_result(value, global_scale, args)
         if result is None:
             result = library(module, value, base_name, args)
-        keep = reusable and _shares.get(module, True)  # o_proj's and down_proj's inputs go to no other layer
+        keep = _shares.get(module, True)  # o_proj's and down_proj's inputs go to no other layer
         _last[:] = [(module, value, value.shape, _snapshot(value), args, global_scale), result] if keep else []
         return result
 
     forward.forward_quantize = forward_quantize
     _state["installed"] = True
+
+
+def _compiled_result(value: torch.Tensor, global_scale: torch.Tensor | None, args) -> torch.Tensor | None:
+    """``value`` through the compiled kernel where its package is on disk or the eager work so far pays for building
+    it (_earned); None where the library's eager path is to run, or compiling fails here (said once)."""
+    width = _width(value, args)
+    try:
+        kernel = _kernel(args, value.dtype, width, global_scale, make=False)
+        if kernel is None and _earned(value):
+            kernel = _kernel(args, value.dtype, width, global_scale, make=True)
+        return None if kernel is None else _run(kernel, value, global_scale, args)
+    except Exception as failure:  # no C++ compiler, or inductor refusing this machine: the eager path
+        _state["failed"] = f"{type(failure).__name__}: {str(failure).splitlines()[0] if str(failure) else ''}"
+        line = f"numprec: activations quantized in eager torch (compiling failed: {_state['failed']})"
+        tqdm.write(line, file=sys.stderr)
+        return None
 
 
 def _earned(value: torch.Tensor) -> bool:
@@ -271,5 +289,5 @@ def kernel(device: str) -> str:
     if device != "cpu" or not _state["installed"]:
         return "compressed-tensors' eager torch"
     if _state["failed"]:
-        return f"compressed-tensors' eager torch (torch.compile failed: {_state['failed']})"
+        return f"compressed-tensors' eager torch (compiling failed: {_state['failed']})"
     return KERNEL

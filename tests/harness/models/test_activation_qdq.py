@@ -81,10 +81,10 @@ def test_a_models_layers_run_the_compiled_path_and_other_shapes_do_not_compile_a
     library = activation_qdq.library_forward_quantize()
     reference = model[0].weight.detach()
     with torch.no_grad():
-        model(activations(8, 0).reshape(2, 4, WIDTH))  # the first call compiles for this width (and rows > 1)
-        graphs = torch._dynamo.utils.counters["stats"]["unique_graphs"]
+        model(activations(8, 0).reshape(2, 4, WIDTH))  # the first call loads (or builds) the kernel for this group
+        kernels = dict(activation_qdq._kernels)
         args = model[0].quantization_scheme.input_activations
-        assert (id(args), False) in activation_qdq._seen  # the layer's own args went through the compiled path
+        assert activation_qdq.compiled(args)  # the layer's own args went through the compiled path
         for rows in (1, 3, 17, 40):
             value = activations(rows, rows)
             out = model[0](value)
@@ -92,20 +92,29 @@ def test_a_models_layers_run_the_compiled_path_and_other_shapes_do_not_compile_a
             assert same_bits(out, expected)
         wider = activations(6, 1).reshape(3, 2 * WIDTH)
         assert same_bits(activation_qdq.quantize_dequantize(wider, None, args), library(eager, wider, "input", args))
-        assert torch._dynamo.utils.counters["stats"]["unique_graphs"] == graphs  # one graph for every shape
+        assert activation_qdq._kernels == kernels  # one kernel for every row count and width
 
 
-def test_a_run_compiles_only_once_its_eager_work_would_pay_for_it(monkeypatch):
-    """Below the threshold the library's eager path runs and the values are counted; past it, the compiled one."""
+@pytest.fixture
+def no_kernel_built(monkeypatch, tmp_path):
+    """A cache that holds no kernel yet, so that the threshold decides when one is built."""
+    monkeypatch.setenv("NUMPREC_CACHE", str(tmp_path))
+
+
+def test_a_run_compiles_only_once_its_eager_work_would_pay_for_it(monkeypatch, no_kernel_built, tmp_path):
+    """Below the threshold the library's eager path runs and the values are counted; past it, the kernel is built
+    (into the cache) and run."""
     monkeypatch.setitem(activation_qdq._state, "eager", 0)
     monkeypatch.setitem(activation_qdq._state, "per_row", 0)  # no model said what a forward brings
     activation_qdq.install(compile_after=2 * 8 * WIDTH)
     args, layer = preset_name_to_scheme("MXFP4", ["Linear"]).input_activations, Layer()  # args of its own
     for calls in (1, 2):
         forward.forward_quantize(layer, activations(8, calls), "input", args)
-        assert activation_qdq._state["eager"] == calls * 8 * WIDTH and (id(args), False) not in activation_qdq._seen
+        assert activation_qdq._state["eager"] == calls * 8 * WIDTH and not activation_qdq.compiled(args)
+    assert not (tmp_path / "qdq-kernels").exists()
     forward.forward_quantize(layer, activations(8, 3), "input", args)
-    assert (id(args), False) in activation_qdq._seen and activation_qdq._state["eager"] == 2 * 8 * WIDTH
+    assert activation_qdq.compiled(args) and activation_qdq._state["eager"] == 2 * 8 * WIDTH
+    assert len(list((tmp_path / "qdq-kernels").glob("*.pt2"))) == 1
 
 
 def input_quantized(layers: int, preset: str) -> torch.nn.Module:
@@ -119,7 +128,7 @@ def input_quantized(layers: int, preset: str) -> torch.nn.Module:
     return model
 
 
-def test_a_forward_that_brings_a_compiles_worth_compiles_at_its_first_layer(monkeypatch):
+def test_a_forward_that_brings_a_compiles_worth_compiles_at_its_first_layer(monkeypatch, no_kernel_built):
     """expect(model): the values a forward quantizes a row; rows that bring the threshold's worth compile at once."""
     model = input_quantized(2, "MXFP4")
     monkeypatch.setitem(activation_qdq._state, "eager", 0)
@@ -129,15 +138,17 @@ def test_a_forward_that_brings_a_compiles_worth_compiles_at_its_first_layer(monk
     args = model[0].quantization_scheme.input_activations
     with torch.inference_mode():
         model[0](activations(4, 0))  # 4 rows bring 8 widths: eager, counted
-        assert activation_qdq._state["eager"] == 4 * WIDTH and (id(args), False) not in activation_qdq._seen
+        assert activation_qdq._state["eager"] == 4 * WIDTH and not activation_qdq.compiled(args)
         model[0](activations(8, 1))  # 8 rows bring 16: past the threshold before any of it is quantized
-        assert (id(args), False) in activation_qdq._seen and activation_qdq._state["eager"] == 10 * WIDTH
+        assert activation_qdq.compiled(args) and activation_qdq._state["eager"] == 10 * WIDTH
 
 
 @pytest.mark.parametrize("compile_after", [0, 10**12], ids=["compiled", "eager"])
-def test_layers_given_one_input_quantize_it_once_and_a_changed_one_again(monkeypatch, compile_after):
+def test_layers_given_one_input_quantize_it_once_and_a_changed_one_again(monkeypatch, compile_after, request):
     """q, k and v (gate and up) take one tensor: it is quantized once and the three get the same bits as the
     library's; the tensor changed in place (inference tensors keep no version) is quantized again."""
+    if compile_after:
+        request.getfixturevalue("no_kernel_built")  # none on disk: the library's eager path, counted
     model = input_quantized(3, "NVFP4")
     for layer in model:
         layer.input_global_scale.data.fill_(448.0 * 6.0 / 37.5)  # each layer's own, equal (as fused layers' are)
@@ -148,8 +159,8 @@ def test_layers_given_one_input_quantize_it_once_and_a_changed_one_again(monkeyp
     reference.input_global_scale = model[0].input_global_scale
     args = model[0].quantization_scheme.input_activations
     quantized, copies = [], count_copies(monkeypatch)
-    original = activation_qdq.quantize_dequantize
-    monkeypatch.setattr(activation_qdq, "quantize_dequantize", lambda *a: quantized.append(1) or original(*a))
+    original = activation_qdq._run
+    monkeypatch.setattr(activation_qdq, "_run", lambda *a: quantized.append(1) or original(*a))
     with torch.inference_mode():
         value = activations(8, 0)
         for round_ in (1, 2):
@@ -190,16 +201,19 @@ def test_layers_whose_input_goes_to_no_other_keep_no_copy_after_the_first_forwar
             assert len(copies) == 3, f"forward {forward_}: copies at the first forward only"
 
 
-def test_an_input_that_requires_grad_is_quantized_by_each_layer(monkeypatch):
-    """A result shared by two layers would join their autograd graphs: with gradients, each layer quantizes."""
+def test_an_input_that_requires_grad_is_left_to_the_library():
+    """The compiled kernel has no backward (its output would silently leave the autograd graph): an input that
+    requires grad is quantized by the library at each layer, in its graph."""
     model = input_quantized(2, "MXFP4")
-    monkeypatch.setitem(activation_qdq._state, "eager", 0)
-    monkeypatch.setitem(activation_qdq._state, "per_row", 0)
-    activation_qdq.install(compile_after=10**12)
+    activation_qdq.install(compile_after=0)
+    args = model[0].quantization_scheme.input_activations
     value = activations(8, 0).requires_grad_()
+    assert not activation_qdq.applies(value, "input", args)
+    expected = activation_qdq.library_forward_quantize()(Layer(), value, "input", args)
     for layer in model:
-        layer(value)
-    assert activation_qdq._state["eager"] == 2 * 8 * WIDTH
+        output = layer(value)
+        assert output.requires_grad and same_bits(output, torch.nn.functional.linear(expected, layer.weight))
+    assert not activation_qdq.compiled(args)
 
 
 def test_weights_other_devices_per_token_and_static_scales_keep_the_library_path():
