@@ -216,6 +216,28 @@ def test_an_input_that_requires_grad_is_left_to_the_library():
     assert not activation_qdq.compiled(args)
 
 
+def test_a_machine_where_compiling_fails_keeps_the_librarys_path_and_says_so_once(
+    monkeypatch, no_kernel_built, tmp_path, capsys
+):
+    """No C++ compiler (inductor pointed at none, with a cache of its own so that nothing built before is reused):
+    the build fails, one line says so, and each layer's input is quantized by the library, bit for bit."""
+    import torch._inductor.config
+
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))
+    monkeypatch.setitem(activation_qdq._state, "failed", None)
+    model = input_quantized(1, "MXFP4")
+    args = model[0].quantization_scheme.input_activations
+    library = activation_qdq.library_forward_quantize()
+    with torch._inductor.config.patch({"cpp.cxx": ("/nonexistent/c++",)}), torch.no_grad():
+        for rows in (4, 8):
+            value = activations(rows, rows)
+            expected = torch.nn.functional.linear(library(Layer(), value, "input", args), model[0].weight)
+            assert same_bits(model[0](value), expected)
+    said = capsys.readouterr().err
+    assert said.count("numprec: activations quantized in eager torch (compiling failed") == 1, said
+    assert "compiling failed" in activation_qdq.kernel("cpu") and not activation_qdq.compiled(args)
+
+
 def test_weights_other_devices_per_token_and_static_scales_keep_the_library_path():
     args = preset_name_to_scheme("NVFP4", ["Linear"]).input_activations
     value = activations(4, 0)
