@@ -134,7 +134,8 @@ def quantize_dequantize(value: torch.Tensor, global_scale: torch.Tensor | None, 
     """``value`` quantized and dequantized as compressed-tensors' ``forward_quantize`` would, in one compiled pass
     (its package built first where none is). An input of a decode step's size runs on this thread alone
     (ONE_THREAD)."""
-    return _run(_kernel(args, value.dtype, _width(value, args), global_scale, make=True), value, global_scale, args)
+    width = _width(value, args)
+    return _run(_kernel(args, value.dtype, width, global_scale, make=True), value, global_scale, width)
 
 
 def _width(value: torch.Tensor, args) -> int:
@@ -144,8 +145,8 @@ def _width(value: torch.Tensor, args) -> int:
     return args.group_size if args.group_size and width % args.group_size == 0 else width
 
 
-def _run(kernel: Kernel, value: torch.Tensor, global_scale: torch.Tensor | None, args) -> torch.Tensor:
-    rows = value.reshape(1, -1, _width(value, args)).contiguous()
+def _run(kernel: Kernel, value: torch.Tensor, global_scale: torch.Tensor | None, width: int) -> torch.Tensor:
+    rows = value.reshape(1, -1, width).contiguous()
     threads = torch.get_num_threads()
     if value.numel() > ONE_THREAD or threads == 1:
         return kernel(rows, global_scale).reshape(value.shape)
@@ -199,7 +200,7 @@ def _compiled_result(value: torch.Tensor, global_scale: torch.Tensor | None, arg
         kernel = _kernel(args, value.dtype, width, global_scale, make=False)
         if kernel is None and _earned(value):
             kernel = _kernel(args, value.dtype, width, global_scale, make=True)
-        return None if kernel is None else _run(kernel, value, global_scale, args)
+        return None if kernel is None else _run(kernel, value, global_scale, width)
     except Exception as failure:  # no C++ compiler, or inductor refusing this machine: the eager path
         _state["failed"] = f"{type(failure).__name__}: {str(failure).splitlines()[0] if str(failure) else ''}"
         line = f"numprec: activations quantized in eager torch (compiling failed: {_state['failed']})"

@@ -15,6 +15,7 @@ where a later process would load it.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import inspect
 import json
@@ -71,21 +72,29 @@ def _load(path: Path) -> Callable[[list[torch.Tensor]], list[torch.Tensor]]:
     return lambda inputs: [runner(*inputs)]
 
 
-def package_path(function: Callable, args, dtype: torch.dtype, width: int, scale: torch.Tensor | None) -> Path:
-    """Where the package for these inputs lives, named by what decides its code."""
+@functools.cache
+def _process_facts(function: Callable) -> dict:
+    """What decides a package's code and stays the same through a process: read once, not for each layer's args."""
     import compressed_tensors
 
-    facts = {
-        "args": json.loads(args.model_dump_json()),
-        "dtype": str(dtype),
-        "width": width,
-        "global_scale": None if scale is None else [str(scale.dtype), list(scale.shape)],
+    return {
         "torch": torch.__version__,
         "compressed_tensors": compressed_tensors.__version__,
         "source": inspect.getsource(function),
         "options": OPTIONS,
         "machine": platform.machine(),
         "cpu": vec_isa.cpu_flags(),
+    }
+
+
+def package_path(function: Callable, args, dtype: torch.dtype, width: int, scale: torch.Tensor | None) -> Path:
+    """Where the package for these inputs lives, named by what decides its code."""
+    facts = {
+        "args": json.loads(args.model_dump_json()),
+        "dtype": str(dtype),
+        "width": width,
+        "global_scale": None if scale is None else [str(scale.dtype), list(scale.shape)],
+        **_process_facts(function),
     }
     digest = hashlib.sha256(json.dumps(facts, sort_keys=True).encode()).hexdigest()[:24]
     return cache_root() / "qdq-kernels" / f"{args.num_bits}bit-{args.strategy}-{width}-{digest}.pt2"
