@@ -30,6 +30,7 @@ from harness.backends.vllm import check_vllm_kernels
 from harness.core.bounds import SAMPLES, SEED
 from harness.core.cli import ArgParser, int_list, invocation, name_list, output_dir, run
 from harness.core.errors import UserError
+from harness.core.faults import fault_point
 from harness.core.files import atomic_write_bytes, atomic_write_text, read_json
 from harness.core.machine import describe
 from harness.models import get_model, get_precision, named_rounding
@@ -131,10 +132,13 @@ class Steps:
         self.out, self.record, self.bar = out, record, bar
         self.ran: dict[str, float] = {}  # this run's steps and their seconds (record["runs"]: one entry a run)
         record["runs"] = [*record.get("runs", []), {"steps": self.ran}]
-        (out / "steps").mkdir(parents=True, exist_ok=True)
+        out.mkdir(parents=True, exist_ok=True)
+        self.save()  # first, before any step: a run killed in its first step leaves a directory its rerun owns
+        (out / "steps").mkdir(exist_ok=True)
 
     def run(self, name: str, module: str, argv: list[str]) -> None:
         self.bar.set_postfix_str(name)
+        fault_point("frontier-step")
         started = time.perf_counter()
         log = self.out / "steps" / f"{name.replace(' ', '-')}.log"
         with open(log, "w", encoding="utf-8") as handle:
@@ -264,6 +268,15 @@ def point_bits(args, point: FrontierPoint, checkpoint: Path | None) -> float:
     raise UserError(f"no search of {args.out} records the bits of {point.key}; run the same command again")
 
 
+def left_by_a_kill(path: Path) -> bool:
+    """Whether ``path`` is the temporary of a record write a kill interrupted (the record itself never written).
+
+    >>> left_by_a_kill(Path(f".{RECORD}.k2x9a1.tmp")), left_by_a_kill(Path("notes.txt"))
+    (True, False)
+    """
+    return path.name.startswith(f".{RECORD}.") and path.name.endswith(".tmp")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
     check_args(args)
@@ -275,11 +288,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"{args.out} holds a frontier of other arguments (only --methods may add methods to it); give --out "
             "another directory"
         )
-    if not record and args.out.exists() and any(args.out.iterdir()):
+    if not record and args.out.exists() and any(not left_by_a_kill(path) for path in args.out.iterdir()):
         raise UserError(f"{args.out} holds files harness.frontier did not write; give --out a new or empty directory")
     record = {**record, **own, "written_by": "harness.frontier", "machine": describe()}
     started = time.perf_counter()
-    with tqdm(desc="frontier", unit="step", file=sys.stderr, leave=False) as bar:
+    # numprec's own bar: on whatever TQDM_DISABLE the quiet libraries were given
+    with tqdm(desc="frontier", unit="step", file=sys.stderr, leave=False, disable=False) as bar:
         steps = Steps(args.out, record, bar)
         try:
             points = search_points(args, steps)

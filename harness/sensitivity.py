@@ -257,7 +257,7 @@ def write_recipe(args, model: str, space: MixSpace, precisions: tuple, mixer: Mi
     wanted = args.margin is not None or args.confirm_seed is not None
     reference = reference_model(model) if wanted else None  # fp32, loaded once for the search and confirmation
     started = time.perf_counter()
-    with tqdm(desc="scoring mixes whole", unit="mix", leave=False, file=sys.stderr) as bar:
+    with tqdm(desc="scoring mixes whole", unit="mix", leave=False, file=sys.stderr, disable=False) as bar:
         # the mixes scored are kept in --out: another budget's search, or this one after a kill, reads them back
         mixes = MixScores(mixer, batch, _pad(mixer), lambda: bar.update(), store=args.out / MIXES)
         search = MixSearch(space, mixes, rules(groups), gains, args.candidates)

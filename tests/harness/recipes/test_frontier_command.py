@@ -9,14 +9,17 @@ from __future__ import annotations
 import csv
 import json
 import shutil
+import signal
 
 import pytest
 
+from harness.core.faults import KILL_AT
 from harness.models import get_model, precision_registry
 from harness.models.weights import adapter_tag, cache_root, quantized_dir
 from harness.runs.results import read_samples_file
+from tests.console import foreign_lines
 from tests.harness.commands import command, refused
-from tests.harness.helpers import needs_quantize_env
+from tests.harness.helpers import needs_quantize_env, run_module
 
 pytestmark = [needs_quantize_env, pytest.mark.xdist_group("formats"), pytest.mark.slow]
 
@@ -46,10 +49,16 @@ def frontier(out, **changed) -> list[str]:
 
 
 def test_the_frontier_pairs_real_checkpoints_and_a_second_run_redoes_nothing(cache, tmp_path, capsys):
+    """Killed as its first step starts, then run again: it resumes (the directory is its own), finishes, and a
+    third run redoes nothing."""
     out = tmp_path / "front"
+    killed = run_module("harness.frontier", *frontier(out), env={KILL_AT: "frontier-step"}, timeout=300)
+    assert killed.returncode == -signal.SIGKILL, f"the kill did not fire: {killed.returncode} {killed.stderr}"
+    assert not (out / "steps").exists() or not any((out / "steps").iterdir()), "killed before its first step ran"
     code, err, said = command("harness.frontier", frontier(out), capsys)
     assert code == 0, err
-    assert not err, err
+    assert not foreign_lines("\n".join(err)), err
+    assert any(line.startswith("frontier:") and "evaluate" in line for line in err), "its steps show progress"
     record = json.loads((out / "frontier.json").read_text())
     points = {point["name"]: point for point in record["points"]}
     assert {"fp32", "fp8-dynamic", "nvfp4", "nvfp4 5.5bits"} <= set(points)
@@ -76,9 +85,10 @@ def test_the_frontier_pairs_real_checkpoints_and_a_second_run_redoes_nothing(cac
     made = {path: path.stat().st_mtime_ns for path in (out / "checkpoints").iterdir()}
 
     code, err, said = command("harness.frontier", frontier(out), capsys)
-    assert code == 0 and not err, err
+    assert code == 0 and not foreign_lines("\n".join(err)), err
     again = json.loads((out / "frontier.json").read_text())
-    first, second = (run["steps"] for run in again["runs"])
+    killed_run, first, second = (run["steps"] for run in again["runs"])
+    assert killed_run == {}, "the killed run finished no step"
     assert any(step.startswith("search") for step in first) and any(step.startswith("quantize") for step in first)
     assert any(step.startswith("evaluate") for step in first) and second == {}, "every step reused, none run again"
     assert {path: path.stat().st_mtime_ns for path in (out / "checkpoints").iterdir()} == made, "nothing made again"

@@ -133,9 +133,10 @@ def started(module: str, args: list[str], pause_at: str | None = None):
 
 
 def ended(command) -> tuple[int, str]:
-    """(exit status, stderr) of a command, let go first if it is stopped."""
+    """(exit status, stderr) of a command, let go first if it is stopped. The signal goes through send_signal,
+    which lets pass a command that ended between the poll and the signal (reaped, its status not yet read)."""
     if command.poll() is None:
-        os.kill(command.pid, signal.SIGCONT)
+        command.send_signal(signal.SIGCONT)
     out, err = command.communicate(timeout=300)
     return command.returncode, err
 

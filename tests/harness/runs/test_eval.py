@@ -1,7 +1,6 @@
 """harness.eval as a user runs it: a real subprocess on the real default model."""
 
 import json
-import os
 import signal
 import subprocess
 import time
@@ -153,7 +152,7 @@ def test_resume_after_kill_loses_no_finished_cell(tmp_path):
     process = start_eval_until_a_cell_is_saved(args, out / "results.csv", capture=False)
     results = out / "results.csv"
     assert process.poll() is None, "the run should still be going when it is killed"
-    os.kill(process.pid, signal.SIGKILL)
+    process.kill()
     process.wait()
     before = csv_rows(results)
     assert 1 <= len(before) < 3
