@@ -9,11 +9,14 @@ from __future__ import annotations
 import re
 
 NUMBER = r"[\d,.]+"
-OWN_FORMATS = [
+BAR_FORMATS = [
     # tqdm progress bars (harness.eval's problems, scratch.sweep's cells, finetune.train's steps), also while they
     # are redrawn or cleared
     r"(.*: )?\s*\d+%\|[^|]*\|\s*\d+/\d+ \[[^\]]*\]",
     r".+: \d+[^\[]* \[[^\]]*\]",  # a bar whose total is not yet known (harness.quantize's calibration)
+]
+OWN_FORMATS = [
+    *BAR_FORMATS,
     # harness/core/cli.py: the one-line error, Ctrl-C; harness/core/startup.py: Ctrl-C while importing
     r"error: .+",
     r"interrupted: finished work is saved; rerun the same command to resume",
@@ -46,6 +49,17 @@ OWN_FORMATS = [
 ]
 _OWN = re.compile("|".join(f"(?:{pattern})" for pattern in OWN_FORMATS))
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+_BAR = re.compile("|".join(f"(?:{pattern})" for pattern in BAR_FORMATS))
+
+
+def without_bars(lines: list[str]) -> list[str]:
+    """``lines`` of stderr less numprec's progress bars (a command that fails after long work shows its progress
+    first, then its one line).
+
+    >>> without_bars(["scoring mixes whole: 3mix [00:01,  4.55mix/s]", "error: no mix keeps it"])
+    ['error: no mix keeps it']
+    """
+    return [line for line in lines if not _BAR.fullmatch(_ANSI.sub("", line).rstrip())]
 
 
 def foreign_lines(stderr: str) -> list[str]:
