@@ -31,7 +31,7 @@ from harness.core.bounds import SAMPLES, SEED
 from harness.core.cli import ArgParser, int_list, invocation, name_list, output_dir, run
 from harness.core.errors import UserError
 from harness.core.faults import fault_point
-from harness.core.files import atomic_write_bytes, atomic_write_text, read_json
+from harness.core.files import atomic_write_bytes, atomic_write_text, is_temporary_of, read_json
 from harness.core.machine import describe
 from harness.models import get_model, get_precision, named_rounding
 from harness.models.checkpoints import PROVENANCE, read_checkpoint
@@ -268,15 +268,6 @@ def point_bits(args, point: FrontierPoint, checkpoint: Path | None) -> float:
     raise UserError(f"no search of {args.out} records the bits of {point.key}; run the same command again")
 
 
-def left_by_a_kill(path: Path) -> bool:
-    """Whether ``path`` is the temporary of a record write a kill interrupted (the record itself never written).
-
-    >>> left_by_a_kill(Path(f".{RECORD}.k2x9a1.tmp")), left_by_a_kill(Path("notes.txt"))
-    (True, False)
-    """
-    return path.name.startswith(f".{RECORD}.") and path.name.endswith(".tmp")
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
     check_args(args)
@@ -288,7 +279,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"{args.out} holds a frontier of other arguments (only --methods may add methods to it); give --out "
             "another directory"
         )
-    if not record and args.out.exists() and any(not left_by_a_kill(path) for path in args.out.iterdir()):
+    if (
+        not record
+        and args.out.exists()
+        and any(not is_temporary_of(path.name, record_path) for path in args.out.iterdir())
+    ):
         raise UserError(f"{args.out} holds files harness.frontier did not write; give --out a new or empty directory")
     record = {**record, **own, "written_by": "harness.frontier", "machine": describe()}
     started = time.perf_counter()

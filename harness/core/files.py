@@ -57,6 +57,18 @@ def synced_temporary(path: Path, data: bytes) -> Path:
     return Path(tmp)
 
 
+def is_temporary_of(name: str, path: Path) -> bool:
+    """Whether ``name`` is one of ``synced_temporary``'s files for ``path`` (``.NAME.*.tmp``): what a write killed
+    before its rename leaves beside it.
+
+    >>> is_temporary_of(".frontier.json.k2x9a1.tmp", Path("out/frontier.json"))
+    True
+    >>> is_temporary_of("notes.txt", Path("frontier.json")), is_temporary_of(".frontier.json", Path("frontier.json"))
+    (False, False)
+    """
+    return name.startswith(f".{path.name}.") and name.endswith(".tmp")
+
+
 def aside_path(path: Path) -> Path:
     """Where ``path`` goes when a command replaces it, never deleting it: ``NAME.previous-<UTC time>`` beside it (a
     file keeps its suffix), a name not yet taken."""

@@ -38,7 +38,7 @@ from pathlib import Path
 
 from harness.core.errors import UserError
 from harness.core.faults import fault_point
-from harness.core.files import aside_path, synced_temporary
+from harness.core.files import aside_path, is_temporary_of, synced_temporary
 from harness.reports.destinations import (
     MANIFEST,
     STAGE_MARK,
@@ -113,7 +113,7 @@ def _read_journal(path: Path, out: Path, module: str) -> dict:
         isinstance(entry, dict)
         and entry.get("out") == out.name
         and isinstance(staged, str)
-        and (staged == staging_name(out).name or (staged.startswith(f".{out.name}.") and staged.endswith(".tmp")))
+        and (staged == staging_name(out).name or is_temporary_of(staged, out))
         and (aside is None or (isinstance(aside, str) and ".previous-" in aside and "/" not in aside))
         and "/" not in staged
         and isinstance(entry.get("digest"), str)

@@ -153,7 +153,7 @@ def test_resume_after_kill_loses_no_finished_cell(tmp_path):
     results = out / "results.csv"
     assert process.poll() is None, "the run should still be going when it is killed"
     process.kill()
-    process.wait()
+    assert process.wait() == -signal.SIGKILL, "the kill fired"
     before = csv_rows(results)
     assert 1 <= len(before) < 3
     cells_before = {(r["task"], r["length"]) for r in before}
