@@ -175,11 +175,15 @@ def test_a_stored_mix_is_read_back_not_scored_again(mixer, tmp_path):
 
 def test_a_table_of_a_checkpoint_made_again_is_not_reused(cache, tmp_path, capsys):
     """A table records its checkpoints by their contents: the FP8 checkpoint made again (here: its config rewritten)
-    makes the directory another search's, refused in one line, where a name alone would have reused it."""
+    makes the directory another search's, refused in one line, where a name alone would have reused it. A directory
+    holding only what a kill during the record's first write leaves (its temporary) is the command's own."""
     root = tmp_path / "cache"
     shutil.copytree(cache, root, symlinks=True)
     out = tmp_path / "sens"
-    assert with_cache(root, "harness.sensitivity", sensitivity(out), capsys)[0] == 0
+    out.mkdir()
+    (out / ".sensitivity.json.k2x9a1.tmp").write_text('{"written_by": "harn')
+    code, err, _ = with_cache(root, "harness.sensitivity", sensitivity(out), capsys)
+    assert code == 0, err
     os.environ["NUMPREC_CACHE"] = str(root)
     try:
         config = quantized_dir(get_model("smollm2-arith"), precision_registry()["fp8-dynamic"]) / "config.json"
