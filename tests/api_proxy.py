@@ -37,110 +37,8 @@ class FaultProxy:
         self.failed_at: float | None = None  # when a status fault was last answered (time.monotonic)
         self.served: list[tuple[tuple, str]] = []  # each fault as it met a request: (fault, the request's prompt)
         self.lock = threading.Lock()
-        proxy = self
-
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, *args):  # quiet
-                pass
-
-            def do_GET(self):
-                self.forward(None)
-
-            def do_POST(self):
-                length = int(self.headers.get("Content-Length", 0))
-                self.forward(self.rfile.read(length))
-
-            def forward(self, body):
-                fault = None
-                with proxy.lock:
-                    proxy.authorizations.append(self.headers.get("Authorization", ""))
-                if body is not None and "completions" in self.path:
-                    with proxy.lock:
-                        proxy.bodies.append(json.loads(body))
-                        busy = proxy.max_in_flight is not None and proxy.in_flight >= proxy.max_in_flight
-                        proxy.refused += busy
-                        if not busy:
-                            fault = proxy.faults.popleft() if proxy.faults else None
-                            if fault is not None:
-                                proxy.served.append((fault, prompt_of(proxy.bodies[-1])))
-                            proxy.in_flight += 1
-                            proxy.most_in_flight = max(proxy.most_in_flight, proxy.in_flight)
-                    if busy:
-                        self.reply(429, b'{"error": {"message": "too many requests"}}', {"Retry-After": "0.2"})
-                        return
-                    try:
-                        self.answer(body, fault)
-                    finally:
-                        with proxy.lock:
-                            proxy.in_flight -= 1
-                    return
-                self.answer(body, fault)
-
-            def answer(self, body, fault):
-                if fault and fault[0] == "echo_auth":
-                    echoed = f'{{"error": {{"message": "bad header {self.headers.get("Authorization", "")}"}}}}'
-                    self.reply(500, echoed.encode(), {})
-                    return
-                if fault and fault[0] == "redirect":
-                    self.reply(307, b"", {"Location": f"http://127.0.0.1:{fault[1]}{self.path}"})
-                    return
-                if fault and fault[0] == "drop":
-                    self.connection.shutdown(socket.SHUT_RDWR)
-                    self.close_connection = True
-                    return
-                if fault and fault[0] == "status":
-                    self.reply(fault[1], b'{"error": {"message": "injected"}}', fault[2])
-                    proxy.failed_at = time.monotonic()
-                    return
-                if fault and fault[0] == "badjson":
-                    self.reply(200, b'{"id": "x", "choices": [', {})
-                    return
-                if fault and fault[0] == "trickle":  # one byte a second of a reply that never ends (bounded)
-                    try:
-                        self.send_response(200)
-                        self.send_header("Content-Type", "application/json")
-                        self.send_header("Content-Length", "100000")
-                        self.end_headers()
-                        for _ in range(fault[1]):
-                            self.wfile.write(b" ")
-                            self.wfile.flush()
-                            time.sleep(1)
-                    except OSError:
-                        pass  # the client gave up
-                    return
-                if fault and fault[0] == "slow":
-                    time.sleep(fault[1])
-                upstream = http.client.HTTPConnection("127.0.0.1", proxy.upstream_port, timeout=300)
-                headers = {k: v for k, v in self.headers.items() if k.lower() not in ("host", "content-length")}
-                try:
-                    upstream.request(self.command, self.path, body=body, headers=headers)
-                    response = upstream.getresponse()
-                    data = response.read()
-                except OSError:
-                    self.reply(502, b'{"error": {"message": "upstream down"}}', {})
-                    return
-                finally:
-                    upstream.close()
-                if body is not None and "completions" in self.path and response.status == 200:
-                    with proxy.lock:
-                        proxy.forwarded += 1
-                    data = rewritten(data, fault, proxy.answer_as)
-                self.reply(response.status, data, {"Content-Type": response.getheader("Content-Type", "")})
-
-            def reply(self, status, data, headers):
-                try:
-                    self.send_response(status)
-                    for name, value in headers.items():
-                        self.send_header(name, value)
-                    self.send_header("Content-Length", str(len(data)))
-                    self.end_headers()
-                    self.wfile.write(data)
-                except OSError:
-                    pass  # the client gave up (a timeout): nothing to tell it
-
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.proxy = self
         self.server.daemon_threads = True
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
@@ -183,3 +81,119 @@ def rewritten(data: bytes, fault, answer_as: str | None) -> bytes:
     elif answer_as is not None:
         reply["model"] = answer_as
     return json.dumps(reply).encode()
+
+
+class Handler(BaseHTTPRequestHandler):
+    """The proxy's reply to one request: forwarded upstream, or the fault queued for it."""
+
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *args):  # quiet
+        pass
+
+    def do_GET(self):
+        self.forward(None)
+
+    def do_POST(self):
+        length = int(self.headers.get("Content-Length", 0))
+        self.forward(self.rfile.read(length))
+
+    @property
+    def proxy(self) -> FaultProxy:
+        return self.server.proxy
+
+    def forward(self, body):
+        proxy = self.proxy
+        fault = None
+        with proxy.lock:
+            proxy.authorizations.append(self.headers.get("Authorization", ""))
+        if body is not None and "completions" in self.path:
+            with proxy.lock:
+                proxy.bodies.append(json.loads(body))
+                busy = proxy.max_in_flight is not None and proxy.in_flight >= proxy.max_in_flight
+                proxy.refused += busy
+                if not busy:
+                    fault = proxy.faults.popleft() if proxy.faults else None
+                    if fault is not None:
+                        proxy.served.append((fault, prompt_of(proxy.bodies[-1])))
+                    proxy.in_flight += 1
+                    proxy.most_in_flight = max(proxy.most_in_flight, proxy.in_flight)
+            if busy:
+                self.reply(429, b'{"error": {"message": "too many requests"}}', {"Retry-After": "0.2"})
+                return
+            try:
+                self.answer(body, fault)
+            finally:
+                with proxy.lock:
+                    proxy.in_flight -= 1
+            return
+        self.answer(body, fault)
+
+    def answer(self, body, fault):
+        if fault and self.misbehave(fault):
+            return
+        self.forward_upstream(body, fault)
+
+    def misbehave(self, fault) -> bool:
+        """Reply as the fault says where it replies in the server's stead (True); a slow fault only waits."""
+        kind = fault[0]
+        if kind == "echo_auth":
+            echoed = f'{{"error": {{"message": "bad header {self.headers.get("Authorization", "")}"}}}}'
+            self.reply(500, echoed.encode(), {})
+        elif kind == "redirect":
+            self.reply(307, b"", {"Location": f"http://127.0.0.1:{fault[1]}{self.path}"})
+        elif kind == "drop":
+            self.connection.shutdown(socket.SHUT_RDWR)
+            self.close_connection = True
+        elif kind == "status":
+            self.reply(fault[1], b'{"error": {"message": "injected"}}', fault[2])
+            self.proxy.failed_at = time.monotonic()
+        elif kind == "badjson":
+            self.reply(200, b'{"id": "x", "choices": [', {})
+        elif kind == "trickle":  # one byte a second of a reply that never ends (bounded)
+            try:
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", "100000")
+                self.end_headers()
+                for _ in range(fault[1]):
+                    self.wfile.write(b" ")
+                    self.wfile.flush()
+                    time.sleep(1)
+            except OSError:
+                pass  # the client gave up
+        else:
+            if kind == "slow":
+                time.sleep(fault[1])
+            return False
+        return True
+
+    def forward_upstream(self, body, fault):
+        proxy = self.proxy
+        upstream = http.client.HTTPConnection("127.0.0.1", proxy.upstream_port, timeout=300)
+        headers = {k: v for k, v in self.headers.items() if k.lower() not in ("host", "content-length")}
+        try:
+            upstream.request(self.command, self.path, body=body, headers=headers)
+            response = upstream.getresponse()
+            data = response.read()
+        except OSError:
+            self.reply(502, b'{"error": {"message": "upstream down"}}', {})
+            return
+        finally:
+            upstream.close()
+        if body is not None and "completions" in self.path and response.status == 200:
+            with proxy.lock:
+                proxy.forwarded += 1
+            data = rewritten(data, fault, proxy.answer_as)
+        self.reply(response.status, data, {"Content-Type": response.getheader("Content-Type", "")})
+
+    def reply(self, status, data, headers):
+        try:
+            self.send_response(status)
+            for name, value in headers.items():
+                self.send_header(name, value)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+        except OSError:
+            pass  # the client gave up (a timeout): nothing to tell it

@@ -93,12 +93,15 @@ def workdir(tmp_path, monkeypatch):
 
 def make_damaged_inputs(root) -> None:
     """Weights, adapters, datasets, checkpoints and run directories damaged in each way the matrix names."""
-    from dataclasses import asdict, replace
+    make_damaged_models(root)
+    make_damaged_checkpoints(root)
+    make_damaged_runs(root)
 
+
+def make_damaged_models(root) -> None:
+    """Weights and adapters: empty, corrupt, of an unknown kind, shaped for another model."""
     import torch
     from safetensors.torch import save_file
-
-    from scratch.config import RunConfig
 
     llama = json.dumps({"model_type": "llama", "hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 4})
     weights = {
@@ -137,6 +140,16 @@ def make_damaged_inputs(root) -> None:
         else:
             save_file(tensors or {"x": torch.zeros(1)}, str(target))
     (root / "fake.gguf").write_bytes(b"GGUF\x03\x00\x00")
+
+
+def make_damaged_checkpoints(root) -> None:
+    """A dataset without its columns and from-scratch checkpoints empty, corrupt, foreign or of another task."""
+    from dataclasses import asdict, replace
+
+    import torch
+
+    from scratch.config import RunConfig
+
     (root / "columnless_data").mkdir()
     (root / "columnless_data" / "dataset_info.json").write_text(json.dumps({"features": {"prompt": {}}}))
     for name in ("ckpt_empty", "ckpt_corrupt", "ckpt_dir", "ckpt_foreign", "ckpt_mul"):
@@ -148,6 +161,10 @@ def make_damaged_inputs(root) -> None:
     other = asdict(replace(RunConfig(), op="mul", steps=10, warmup_steps=1))
     state = {"model": {}, "optimizer": {}, "step": 1, "history": [], "data_rng": torch.zeros(1), "config": other}
     torch.save(state, root / "ckpt_mul" / "checkpoint.pt")
+
+
+def make_damaged_runs(root) -> None:
+    """Run, bench and sweep directories whose files are missing, folders, undecodable or someone else's."""
     identity = json.dumps({"identity": {"samples": 2, "seed": 0, "decoding": "greedy"}, "invocations": []})
     runs = {
         "run_results_dir": {"results.csv/": None},

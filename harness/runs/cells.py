@@ -120,32 +120,11 @@ def score_cell(backend, cell: Cell, spec: RunSpec, generations, wall: float, tok
     }
     samples, correct, no_answer, conflicts = [], 0, 0, 0
     for problem, prompt, generation in zip(problems, prompts, generations, strict=True):
-        truncated = not generation.finished
-        extraction = judge(generation.text, spec.base, problem.expression, spec.answer, truncated, problem.truncate)
-        answer = extraction.answer
-        hit = is_correct(answer, problem.answer, spec.base)
-        correct += hit
-        no_answer += answer is None
-        conflicts += is_conflict(extraction.rule)
-        thinking = spec.answer.split(generation.text)[0]
-        samples.append(
-            {
-                **key,
-                "seed": cell.seed,
-                "index": problem.index,
-                "expression": problem.expression,
-                "prompt": prompt,
-                "output": generation.text,
-                "extracted": answer,
-                "rule": extraction.rule,
-                "gold": problem.answer,
-                "correct": hit,
-                "tokens": generation.tokens,
-                "thinking_tokens": min(generation.tokens, backend.count_tokens(thinking)) if thinking else 0,
-                "truncated": truncated,
-            }
-        )
-        samples[-1]["digest"] = sample_digest(samples[-1])
+        sample = judged_sample(backend, spec, problem, prompt, generation, {**key, "seed": cell.seed})
+        samples.append(sample)
+        correct += sample["correct"]
+        no_answer += sample["extracted"] is None
+        conflicts += is_conflict(sample["rule"])
     low, high = wilson_interval(correct, len(problems))
     tokens = sum(g.tokens for g in generations)
     precision = variant.precision
@@ -188,6 +167,30 @@ def score_cell(backend, cell: Cell, spec: RunSpec, generations, wall: float, tok
         **served_fields(backend, Sampling.named(spec.decoding), generations),
     )
     return row, samples
+
+
+def judged_sample(backend, spec: RunSpec, problem, prompt: str, generation, key: dict) -> dict:
+    """One problem's sample: its output judged as spec says, the rule that read its answer, its digest."""
+    truncated = not generation.finished
+    extraction = judge(generation.text, spec.base, problem.expression, spec.answer, truncated, problem.truncate)
+    answer = extraction.answer
+    thinking = spec.answer.split(generation.text)[0]
+    sample = {
+        **key,
+        "index": problem.index,
+        "expression": problem.expression,
+        "prompt": prompt,
+        "output": generation.text,
+        "extracted": answer,
+        "rule": extraction.rule,
+        "gold": problem.answer,
+        "correct": is_correct(answer, problem.answer, spec.base),
+        "tokens": generation.tokens,
+        "thinking_tokens": min(generation.tokens, backend.count_tokens(thinking)) if thinking else 0,
+        "truncated": truncated,
+    }
+    sample["digest"] = sample_digest(sample)
+    return sample
 
 
 def length_fields(samples: list[dict]) -> dict:

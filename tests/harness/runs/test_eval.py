@@ -39,22 +39,9 @@ REQUIRED = [
 def test_run_directory_holds_every_output(tmp_path):
     out = tmp_path / "run"
     result = run_module(
-        "harness.eval",
-        "--model",
-        "smollm2",
-        "--precision",
-        "fp32,bf16",
-        "--tasks",
-        "add,mul",
-        "--lengths",
-        "1",
-        "--samples",
-        "4",
-        "--invariance-check",
-        "2",
-        "--out",
-        str(out),
-    )
+        "harness.eval", "--model", "smollm2", "--precision", "fp32,bf16", "--tasks", "add,mul", "--lengths", "1",
+        "--samples", "4", "--invariance-check", "2", "--out", str(out),
+    )  # fmt: skip
     assert result.returncode == 0, result.stderr
     assert_numprec_console(result)
     rows = csv_rows(out / "results.csv")
@@ -111,21 +98,8 @@ def test_run_directory_holds_every_output(tmp_path):
     assert image.shape[0] > 200 and image.shape[1] > 400, "a panel per task"
     # Same seed, same problems, same greedy answers.
     again = tmp_path / "again"
-    run_module(
-        "harness.eval",
-        "--model",
-        "smollm2",
-        "--precision",
-        "fp32",
-        "--tasks",
-        "add",
-        "--lengths",
-        "1",
-        "--samples",
-        "4",
-        "--out",
-        str(again),
-    )
+    run_module("harness.eval", "--model", "smollm2", "--precision", "fp32", "--tasks", "add", "--lengths", "1",
+               "--samples", "4", "--out", str(again))  # fmt: skip
     first = [(s["expression"], s["output"]) for s in samples if s["precision"] == "fp32" and s["task"] == "add"]
     rerun = map(json.loads, (again / "samples.jsonl").read_text().splitlines())
     second = [(s["expression"], s["output"]) for s in rerun]
