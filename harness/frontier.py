@@ -31,7 +31,7 @@ from harness.core.bounds import SAMPLES, SEED
 from harness.core.cli import ArgParser, int_list, invocation, name_list, output_dir, run
 from harness.core.errors import UserError
 from harness.core.faults import fault_point
-from harness.core.files import atomic_write_bytes, atomic_write_text, is_temporary_of, read_json
+from harness.core.files import atomic_write_bytes, atomic_write_text, holds_only_temporaries_of, read_json
 from harness.core.machine import describe
 from harness.models import get_model, get_precision, named_rounding
 from harness.models.checkpoints import PROVENANCE, read_checkpoint
@@ -279,11 +279,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"{args.out} holds a frontier of other arguments (only --methods may add methods to it); give --out "
             "another directory"
         )
-    if (
-        not record
-        and args.out.exists()
-        and any(not is_temporary_of(path.name, record_path) for path in args.out.iterdir())
-    ):
+    if not record and args.out.exists() and not holds_only_temporaries_of(record_path):
         raise UserError(f"{args.out} holds files harness.frontier did not write; give --out a new or empty directory")
     record = {**record, **own, "written_by": "harness.frontier", "machine": describe()}
     started = time.perf_counter()

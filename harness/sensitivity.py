@@ -28,7 +28,7 @@ from harness.backends.hf import HFBackend
 from harness.core.bounds import SAMPLES, SEARCH_GROUPS, SEED
 from harness.core.cli import ArgParser, int_list, invocation, name_list, output_dir, run
 from harness.core.errors import UserError
-from harness.core.files import atomic_write_bytes, atomic_write_text, is_temporary_of, read_json, replace_text
+from harness.core.files import atomic_write_bytes, atomic_write_text, holds_only_temporaries_of, read_json, replace_text
 from harness.core.machine import describe
 from harness.models import get_model, get_precision, named_rounding
 from harness.models.checkpoints import checkpoint_digest
@@ -137,8 +137,7 @@ def search_key(args, model, target, keep, checkpoints: dict) -> dict:
 
 def check_out(out: Path, key: dict) -> dict:
     """--out new, empty, or a table of this same search (its record is returned, to resume or reuse)."""
-    # a kill during the record's first write leaves only its temporary: still this command's own, empty directory
-    if not out.exists() or all(is_temporary_of(path.name, out / RECORD) for path in out.iterdir()):
+    if not out.exists() or holds_only_temporaries_of(out / RECORD):
         return {}
     record = {}
     if (out / RECORD).is_file():

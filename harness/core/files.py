@@ -69,6 +69,12 @@ def is_temporary_of(name: str, path: Path) -> bool:
     return name.startswith(f".{path.name}.") and name.endswith(".tmp")
 
 
+def holds_only_temporaries_of(path: Path) -> bool:
+    """Whether ``path``'s directory holds nothing but ``synced_temporary``'s leftovers for ``path`` (or nothing at
+    all): what a command killed in its record's first write leaves, still that command's own directory."""
+    return all(is_temporary_of(entry.name, path) for entry in path.parent.iterdir())
+
+
 def aside_path(path: Path) -> Path:
     """Where ``path`` goes when a command replaces it, never deleting it: ``NAME.previous-<UTC time>`` beside it (a
     file keeps its suffix), a name not yet taken."""
