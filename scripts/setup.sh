@@ -4,7 +4,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 python=${PYTHON:-python3}
 [ -x .venv/bin/python ] || "$python" -m venv .venv
-pip=(.venv/bin/python -m pip install --quiet --disable-pip-version-check)
+# -qq: pip's warnings off, its errors on (a machine whose pip.conf names local indexes that lack most packages
+# warns once a package, 482 lines in one set-up)
+pip=(.venv/bin/python -m pip install --quiet --quiet --disable-pip-version-check)
 "${pip[@]}" --upgrade pip
 # torch first and alone: 2.13.0 is the CPU wheel on this machine's disk; a looser request would pull CUDA.
 "${pip[@]}" torch==2.13.0

