@@ -156,6 +156,13 @@ def main() -> None:
     answers = os.fdopen(args.answers, "w", encoding="utf-8")
     os.dup2(2, 1)  # whatever vLLM prints goes to the log, never into an answer
     serve(answers)
+    if os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING") == "0":
+        # The parent has closed this process's input: it asks nothing more, and one process has nothing to hand
+        # back. vLLM's shutdown (a collection over every object its import made, the KV cache freed, the
+        # interpreter's teardown) took 3.3-4.2 s of a 2-core CPU here; ending now takes 0.4-0.5 s.
+        answers.close()
+        sys.stderr.flush()
+        os._exit(0)
 
 
 if __name__ == "__main__":
