@@ -9,8 +9,11 @@ format's args, the input's dtype and group width, the global scale's dtype and s
 versions, the function's source and the CPU's flags (a cluster's nodes sharing a cache build one each). A process
 loads a package with torch's C++ loader (2-3 ms, no Python import) and calls it without guards (about 13 us for a
 decode step's row, 33 us for 40 rows, on 2 threads here). Building one costs 8-15 s on 2 cores, once a machine and
-format; a package is written under a name of its own and moved into place, so a killed build leaves no half file
-where a later process would load it.
+format; a package is written under a name of its own, loaded and checked against the eager function's bits, and only
+then moved into place, so a killed or broken build leaves no file a later process would load. Builds take a lock:
+processes building the same package at once wrote the same files in inductor's cache and packaged each other's
+half-written ones (an empty kernel_metadata.json, seen in the suite: a package no process could load). A package
+that does not load all the same is moved aside, said, and built again.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ import torch
 from tqdm import tqdm
 
 from harness.core import vec_isa
+from harness.core.files import move_aside
 from harness.core.paths import cache_root
 
 # The kernel's OpenMP team is sized at each call (one package for any thread count); the bfloat16 roundings the
@@ -101,30 +105,62 @@ def package_path(function: Callable, args, dtype: torch.dtype, width: int, scale
 
 
 def load(path: Path) -> Kernel | None:
-    """The package at ``path``, loaded, or None where none is built."""
-    return Kernel(path) if path.is_file() else None
+    """The package at ``path``, loaded, or None where none is built or it does not load (then it is moved aside)."""
+    if not path.is_file():
+        return None
+    try:
+        return Kernel(path)
+    except RuntimeError as failure:
+        aside = move_aside(path)
+        reason = str(failure).strip().splitlines()[0][:200] if str(failure).strip() else type(failure).__name__
+        tqdm.write(f"numprec: {path.name} does not load ({reason}); moved to {aside.name}", file=sys.stderr)
+        return None
 
 
 def build(function: Callable, dtype: torch.dtype, width: int, scale: torch.Tensor | None, path: Path) -> Kernel:
-    """Export ``function`` with its row count free, compile it with AOTInductor into ``path`` and load it."""
+    """Export ``function`` with its row count free, compile it with AOTInductor into ``path`` and load it; where
+    another process built it meanwhile, load that."""
+    from filelock import FileLock
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(path.parent / ".build.lock")):
+        kernel = load(path)
+        if kernel is None:
+            own = path.with_name(f".{path.stem}.{os.getpid()}.pt2")  # this process's file until it is whole
+            # above a progress bar where one is drawn, not into its line
+            message = f"numprec: compiling the activation quantizer for this CPU: {path.name} (once, ~10 s)"
+            tqdm.write(message, file=sys.stderr)
+            try:
+                kernel = _build_checked(function, dtype, width, scale, own)
+                os.replace(own, path)
+            finally:
+                own.unlink(missing_ok=True)  # this process's own unfinished file, where the build failed
+            kernel.path = path
+    return kernel
+
+
+def _build_checked(function: Callable, dtype: torch.dtype, width: int, scale: torch.Tensor | None, own: Path) -> Kernel:
+    """The package built at ``own``, loaded, and its output on random rows checked against ``function``'s bits."""
     example = [torch.ones(1, EXAMPLE_ROWS, width, dtype=dtype)]
     if scale is not None:
         example.append(scale.clone())
     shapes = {"rows": {1: torch.export.Dim("rows", min=1)}} | ({} if scale is None else {"scale": None})
     vec_isa.remember()  # inductor's check of the CPU's vector instructions, once a machine
-    # above a progress bar where one is drawn, not into its line
-    tqdm.write(f"numprec: compiling the activation quantizer for this CPU: {path.name} (once, ~10 s)", file=sys.stderr)
     # Run eagerly first: compressed-tensors keeps its range constants in an lru_cache made at their first call, and a
     # first call under export's fake tensors would leave fake constants there for every eager call after.
     function(example[0], scale)
     program = torch.export.export(_Call(function), tuple(example), dynamic_shapes=shapes)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    own = path.with_name(f".{path.stem}.{os.getpid()}.pt2")  # this process's file until it is whole
-    try:
-        from torch._inductor import aoti_compile_and_package
+    from torch._inductor import aoti_compile_and_package
 
-        aoti_compile_and_package(program, package_path=str(own), inductor_configs=OPTIONS)
-        os.replace(own, path)
-    finally:
-        own.unlink(missing_ok=True)  # this process's own unfinished file, where the build failed
-    return Kernel(path)
+    aoti_compile_and_package(program, package_path=str(own), inductor_configs=OPTIONS)
+    kernel = Kernel(own)
+    generator = torch.Generator().manual_seed(0)
+    spread = torch.exp(2 * torch.randn(1, 8, width, generator=generator))  # values over many binades
+    rows = (torch.randn(1, 8, width, generator=generator) * spread).to(dtype)
+    if not torch.equal(_bits(kernel(rows, scale)), _bits(function(rows, scale))):
+        raise RuntimeError("the compiled quantize-dequantize does not give the library's bits")
+    return kernel
+
+
+def _bits(value: torch.Tensor) -> torch.Tensor:
+    return value.view({2: torch.int16, 4: torch.int32}[value.element_size()])

@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import time
+import zipfile
 from pathlib import Path
 
 import torch
@@ -55,6 +56,9 @@ def same_bits(saved: Path) -> bool:
 
 
 def test_a_killed_build_leaves_no_package_and_the_next_process_builds_it_for_every_later_one(tmp_path):
+    """Killed while building: no package. Two processes at once: one builds (under the lock), the other waits and
+    loads what it built. A package that does not load (the half-written metadata racing builds packaged before the
+    lock) is moved aside, said, and built again."""
     killed = start(tmp_path, tmp_path / "killed.pt")
     for line in killed.stderr:  # bounded: the process ends, and its stderr with it
         if COMPILING in line:
@@ -63,6 +67,26 @@ def test_a_killed_build_leaves_no_package_and_the_next_process_builds_it_for_eve
             break
     assert killed.wait(timeout=120) == -signal.SIGKILL  # the fault fired: killed while building
     assert packages(tmp_path) == [] and not (tmp_path / "killed.pt").exists()
-    assert COMPILING in finish(tmp_path, "built.pt") and len(packages(tmp_path)) == 1
-    assert same_bits(tmp_path / "built.pt")
-    assert COMPILING not in finish(tmp_path, "loaded.pt") and same_bits(tmp_path / "loaded.pt")
+    together = [start(tmp_path, tmp_path / f"{name}.pt") for name in ("first", "second")]
+    said = [process.communicate(timeout=600)[1] for process in together]
+    assert [process.returncode for process in together] == [0, 0], [err[-2000:] for err in said]
+    assert sum(COMPILING in err for err in said) == 1, "one builds, the other loads its package"
+    assert same_bits(tmp_path / "first.pt") and same_bits(tmp_path / "second.pt")
+    (package,) = packages(tmp_path)
+    empty_the_kernel_metadata(package)
+    said = finish(tmp_path, "rebuilt.pt")
+    assert f"{package.name} does not load" in said and COMPILING in said, said[-2000:]
+    (aside,) = [path for path in packages(tmp_path) if path != package]
+    assert aside.name in said and aside.name.startswith(f"{package.stem}.previous-"), "moved aside, not deleted"
+    assert same_bits(tmp_path / "rebuilt.pt")
+
+
+def empty_the_kernel_metadata(package: Path) -> None:
+    """The package as two builds racing in one inductor cache left it: its kernel's metadata JSON empty."""
+    with zipfile.ZipFile(package) as whole:
+        entries = [(info, whole.read(info)) for info in whole.infolist()]
+    emptied = [info.filename for info, _ in entries if info.filename.endswith(".kernel_metadata.json")]
+    assert emptied, [info.filename for info, _ in entries]
+    with zipfile.ZipFile(package, "w") as broken:
+        for info, data in entries:
+            broken.writestr(info, b"" if info.filename in emptied else data)
