@@ -111,7 +111,10 @@ def load(path: Path) -> Kernel | None:
     try:
         return Kernel(path)
     except RuntimeError as failure:
-        aside = move_aside(path)
+        try:
+            aside = move_aside(path)
+        except FileNotFoundError:  # another process found it broken and moved it first
+            return None
         reason = str(failure).strip().splitlines()[0][:200] if str(failure).strip() else type(failure).__name__
         tqdm.write(f"numprec: {path.name} does not load ({reason}); moved to {aside.name}", file=sys.stderr)
         return None
