@@ -222,7 +222,13 @@ class VLLMBackend(ChatBackend):
         self.batch_size = batch_size
         self.weights = weights
         self.batch_invariant = batch_invariant
-        self.tokenizer = AutoTokenizer.from_pretrained(weights)
+        # started first: it imports vLLM while this process loads the tokenizer
+        self.engine = Engine(vllm_python(), engine_environment(batch_invariant, tensor_parallel_size == 1))
+        try:
+            self.tokenizer = AutoTokenizer.from_pretrained(weights)
+        except Exception:
+            self.engine.close()
+            raise
         load = {
             "model": weights,
             "tokenizer": weights,
@@ -239,7 +245,6 @@ class VLLMBackend(ChatBackend):
             self.kv_cache = "fp8 e4m3 (vLLM's --kv-cache-dtype fp8)"
         if adapter:
             load.update(enable_lora=True, max_lora_rank=64)
-        self.engine = Engine(vllm_python(), engine_environment(batch_invariant, tensor_parallel_size == 1))
         self.info = self.engine.ask({"load": load, "lora": adapter})["ready"]
         self.device = self.info["device"]
         self.loaded_layers = None  # a mix's layers as the engine loaded them, once checked: recorded in run.json

@@ -22,6 +22,7 @@ A failure is answered ``{"error": "one line"}`` and ends the process. End of std
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gc
 import json
 import os
@@ -149,12 +150,20 @@ def serve(answers) -> None:
             return
 
 
+def import_early() -> None:
+    """vLLM imported before the first request arrives, while the parent loads its tokenizer: the two overlap (the
+    import takes 7-8 s here). A failure is left to load(), which answers it in one line."""
+    with contextlib.suppress(Exception):
+        from vllm import LLM  # noqa: F401
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--answers", type=int, required=True, help="the file descriptor answers are written to")
     args = parser.parse_args()
     answers = os.fdopen(args.answers, "w", encoding="utf-8")
     os.dup2(2, 1)  # whatever vLLM prints goes to the log, never into an answer
+    import_early()
     serve(answers)
     if os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING") == "0":
         # The parent has closed this process's input: it asks nothing more, and one process has nothing to hand
