@@ -35,6 +35,7 @@ import numpy
 import torch
 from tqdm import tqdm
 
+from harness.core.errors import one_line
 from harness.models import qdq_kernels
 from harness.models.qdq_kernels import Kernel
 
@@ -202,7 +203,7 @@ def _compiled_result(value: torch.Tensor, global_scale: torch.Tensor | None, arg
             kernel = _kernel(args, value.dtype, width, global_scale, make=True)
         return None if kernel is None else _run(kernel, value, global_scale, width)
     except Exception as failure:  # no C++ compiler, or inductor refusing this machine: the eager path
-        _state["failed"] = f"{type(failure).__name__}: {str(failure).splitlines()[0] if str(failure) else ''}"
+        _state["failed"] = one_line(failure)
         line = f"numprec: activations quantized in eager torch (compiling failed: {_state['failed']})"
         tqdm.write(line, file=sys.stderr)
         return None

@@ -32,6 +32,7 @@ import torch
 from tqdm import tqdm
 
 from harness.core import vec_isa
+from harness.core.errors import one_line
 from harness.core.files import move_aside
 from harness.core.paths import cache_root
 
@@ -115,8 +116,7 @@ def load(path: Path) -> Kernel | None:
             aside = move_aside(path)
         except FileNotFoundError:  # another process found it broken and moved it first
             return None
-        reason = str(failure).strip().splitlines()[0][:200] if str(failure).strip() else type(failure).__name__
-        tqdm.write(f"numprec: {path.name} does not load ({reason}); moved to {aside.name}", file=sys.stderr)
+        tqdm.write(f"numprec: {path.name} does not load ({one_line(failure)}); moved to {aside.name}", file=sys.stderr)
         return None
 
 
